@@ -1,0 +1,156 @@
+"""Process-group membership: read from pg_config where it is useful, inferred where it is not.
+
+Real gloo dumps carry a placeholder pg_config, so membership then comes from the entries of all
+ranks: the default group spans the world, and a subgroup holds the ranks that recorded ops in it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from math import prod
+
+from .types import Dump, Group
+
+_GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
+
+
+@dataclass(frozen=True, slots=True)
+class GroupTable:
+    groups: tuple[Group, ...]
+    by_rank: dict[tuple[int, str], Group]  # (global rank, pg name) -> its group
+    world: tuple[int, ...]
+    warnings: tuple[str, ...]
+
+    def group_of(self, rank: int, pg_name: str) -> Group | None:
+        return self.by_rank.get((rank, pg_name))
+
+
+def _is_default(name: str, desc: str) -> bool:
+    return desc == "default_pg" or (name == "0" and desc in ("", "undefined"))
+
+
+def _size_hints(dumps: dict[int, Dump]) -> dict[str, int]:
+    """Group sizes implied by all_gather shapes (output numel / input numel), per group name."""
+    hints: dict[str, int] = {}
+    for dump in dumps.values():
+        for entry in dump.entries:
+            if entry.op in _GATHER_OPS and entry.input_sizes and entry.output_sizes:
+                numel_in = sum(prod(s) for s in entry.input_sizes)
+                numel_out = sum(prod(s) for s in entry.output_sizes)
+                if numel_in and numel_out % numel_in == 0:
+                    hints[entry.pg_name] = max(hints.get(entry.pg_name, 0), numel_out // numel_in)
+    return hints
+
+
+def resolve_groups(
+    dumps: dict[int, Dump],
+    ranks_named: frozenset[int] = frozenset(),
+    ft_group_world_size: int | None = None,
+) -> GroupTable:
+    """Every process group of the job, and which group each rank's pg name refers to.
+
+    `ft_group_world_size`: torchft replica groups; their default group lists replica-local ranks,
+    which are shifted to global ranks (replica id = global rank // group world size).
+    """
+    warnings: list[str] = []
+    groups: dict[tuple[str, tuple[int, ...]], Group] = {}
+    by_rank: dict[tuple[int, str], Group] = {}
+
+    def replica_base(rank: int) -> int:
+        return (rank // ft_group_world_size) * ft_group_world_size if ft_group_world_size else 0
+
+    # 1. configured groups
+    for rank, dump in dumps.items():
+        for config in dump.group_configs:
+            ranks = config.ranks
+            if ft_group_world_size and config.desc == "default_pg":
+                ranks = tuple(r + replica_base(rank) for r in ranks)
+            group = groups.setdefault((config.name, ranks), Group(config.name, config.desc, ranks))
+            by_rank[(rank, config.name)] = group
+
+    # 2. names used in entries that the rank's config does not describe
+    users: dict[str, set[int]] = defaultdict(set)
+    descs: dict[str, str] = {}
+    for rank, dump in dumps.items():
+        seen: set[str] = set()
+        for entry in dump.entries:
+            if entry.pg_name in seen:
+                continue
+            seen.add(entry.pg_name)
+            if (rank, entry.pg_name) not in by_rank:
+                users[entry.pg_name].add(rank)
+                if descs.get(entry.pg_name, "undefined") == "undefined":
+                    descs[entry.pg_name] = entry.pg_desc
+
+    hints = _size_hints(dumps)
+    highest = max([*dumps, *ranks_named, *(r for g in groups.values() for r in g.ranks)], default=-1)
+    world_size = highest + 1
+    for name, users_of_name in users.items():
+        if _is_default(name, descs.get(name, "")) and not ft_group_world_size:
+            world_size = max(world_size, hints.get(name, 0))
+    world = tuple(range(world_size))
+
+    inferred: dict[str, set[int]] = {}
+    for name, users_of_name in users.items():
+        desc = descs.get(name, "")
+        if _is_default(name, desc):
+            if ft_group_world_size:
+                for base in sorted({replica_base(r) for r in users_of_name}):
+                    members = tuple(r for r in world if replica_base(r) == base) or tuple(sorted(users_of_name))
+                    group = groups.setdefault((name, members), Group(name, desc, members, inferred=True))
+                    for r in users_of_name:
+                        if replica_base(r) == base:
+                            by_rank[(r, name)] = group
+                continue
+            inferred[name] = set(world)
+        else:
+            inferred[name] = set(users_of_name)
+
+    _complete_siblings(inferred, descs, world, hints)
+    for name, members in inferred.items():
+        ranks = tuple(sorted(members))
+        group = groups.setdefault((name, ranks), Group(name, descs.get(name, ""), ranks, inferred=True))
+        for r in users[name]:
+            by_rank[(r, name)] = group
+        hinted = hints.get(name, 0)
+        if hinted > len(ranks):
+            warnings.append(
+                f"group {group.label} (pg {name}): its all_gather shapes say {hinted} members, "
+                f"the dumps show {len(ranks)}; the others are unknown"
+            )
+    if inferred:
+        warnings.append(
+            f"membership of {len(inferred)} group(s) inferred from the entries: the dumps' pg_config "
+            "is empty or a placeholder (as in gloo dumps)"
+        )
+    ordered = tuple(sorted(groups.values(), key=lambda g: (_numeric(g.name), g.ranks)))
+    return GroupTable(ordered, by_rank, world, tuple(warnings))
+
+
+def _complete_siblings(inferred: dict[str, set[int]], descs: dict[str, str], world: tuple[int, ...], hints: dict[str, int]) -> None:
+    """Give a short inferred group the ranks its same-desc siblings leave uncovered.
+
+    Replicas (tp, dp, pp groups) share a desc and a size and together cover the world. A group
+    whose rank skipped every op in it, or whose dump is missing, shows fewer members than its
+    siblings; when exactly one group is short and exactly the missing count of ranks is left
+    uncovered by all of them, those ranks are its members.
+    """
+    by_desc: dict[str, list[str]] = defaultdict(list)
+    for name in inferred:
+        desc = descs.get(name, "")
+        if desc and desc not in ("undefined", "default_pg"):
+            by_desc[desc].append(name)
+    for names in by_desc.values():
+        if len(names) < 2:
+            continue
+        size = max(max(len(inferred[n]) for n in names), *(hints.get(n, 0) for n in names))
+        short = [n for n in names if len(inferred[n]) < size]
+        covered = set().union(*(inferred[n] for n in names))
+        leftover = set(world) - covered
+        if len(short) == 1 and len(leftover) == size - len(inferred[short[0]]):
+            inferred[short[0]] |= leftover
+
+
+def _numeric(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)

@@ -1,0 +1,341 @@
+"""Read per-rank dump files into typed Dump records.
+
+A dump is data and must never run code: pickles go through an unpickler that refuses every
+global (so no callable can be named, let alone called), and files are opened non-blocking and
+checked to be regular before a byte is read. Every format version is normalized here, once, by
+looking at the fields that are present rather than at the version string.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import re
+import stat
+import sys
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .discover import Discovery, DumpFile
+from .errors import DumpError, display_path
+from .types import Dump, Entry, Frame, GroupConfig, LoadResult, SkippedFile
+
+_P2P_PREFIXES = ("send", "recv")
+_DTYPE_NAMES = {
+    "float": "Float", "double": "Double", "half": "Half", "bfloat16": "BFloat16", "c10::bfloat16": "BFloat16",
+    "c10::half": "Half", "int": "Int", "long": "Long", "short": "Short", "char": "Char", "bool": "Bool",
+    "unsigned char": "Byte", "signed char": "Char", "int64_t": "Long", "int32_t": "Int", "uint8_t": "Byte",
+}
+_RANKS_TEXT = re.compile(r"^\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]$")
+
+
+class _Refused(Exception):
+    pass
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    """Builds only dicts, lists, tuples, strings, numbers, bools and None."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise _Refused(f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Refused("a persistent id")
+
+
+class _BadEntry(Exception):
+    pass
+
+
+def read_raw(path: str) -> tuple[Any, str]:
+    """The raw object held by a dump file, and "pickle" or "json" (sniffed from the bytes)."""
+    try:
+        # O_NONBLOCK: a FIFO that replaced the file since discovery must not block the open.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise DumpError(path, f"cannot open it ({exc.strerror}); check its permissions") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DumpError(path, "not a regular file; not read")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise DumpError(path, f"cannot read it ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+
+    if not data:
+        raise DumpError(path, "empty file (the rank may have been killed before it dumped); leave it out or re-dump")
+    head = data.lstrip()[:1]
+    if head in (b"{", b"["):
+        try:
+            return json.loads(data), "json"
+        except (ValueError, RecursionError) as exc:
+            raise DumpError(path, f"not valid JSON ({_short(exc)}); the file is truncated or damaged, re-dump the rank or leave it out") from None
+    try:
+        return _DataOnlyUnpickler(io.BytesIO(data)).load(), "pickle"
+    except _Refused as exc:
+        raise DumpError(path, f"refused: the pickle asks for {exc}, and a dump holds only data; do not trust this file") from None
+    except EOFError:
+        raise DumpError(path, "truncated pickle (the rank was likely killed mid-write); re-dump it or leave it out") from None
+    except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+            OverflowError, UnicodeDecodeError, RecursionError, MemoryError) as exc:
+        raise DumpError(path, f"not a readable pickle or JSON dump ({_short(exc)}); leave it out") from None
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:120]
+
+
+def parse_version(value: Any) -> tuple[int, int] | None:
+    """"2.10" -> (2, 10); None when the value is not a "major.minor" string."""
+    if not isinstance(value, str):
+        return None
+    match = re.match(r"^\s*(\d+)\.(\d+)", value)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+class _Normalizer:
+    """Turns one raw dump into typed records, sharing equal tuples and strings to save memory."""
+
+    def __init__(self, rank: int, path: str) -> None:
+        self.rank = rank
+        self.path = path
+        self.shapes: dict[Any, tuple] = {}
+        self.stacks: dict[tuple[Frame, ...], int] = {}
+        self.notes: list[str] = []
+
+    # -- scalars
+    def integer(self, raw: dict, key: str, where: str, default: Any = ...) -> int | None:
+        value = raw.get(key, default)
+        if value is ...:
+            raise _BadEntry(f"{where}: '{key}' is missing")
+        if value is None and default is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where an integer belongs")
+
+    def optional_time(self, raw: dict, key: str, where: str) -> int | None:
+        value = self.integer(raw, key, where, None)
+        return value or None  # JSON writes 0 for unset
+
+    def text(self, raw: dict, key: str, where: str, default: Any = ...) -> str:
+        value = raw.get(key, default)
+        if value is ...:
+            raise _BadEntry(f"{where}: '{key}' is missing")
+        if not isinstance(value, str):
+            raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a string belongs")
+        return sys.intern(value)
+
+    def shapes_of(self, raw: dict, key: str, where: str) -> tuple:
+        value = raw.get(key, ...)
+        if value is ...:
+            raise _BadEntry(f"{where}: '{key}' is missing")
+        cache_key = _freeze(value)
+        cached = self.shapes.get(cache_key)
+        if cached is not None:
+            return cached
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(shape, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape)
+            for shape in value
+        ):
+            raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of shapes belongs")
+        result = tuple(tuple(shape) for shape in value)
+        self.shapes[cache_key] = result
+        return result
+
+    def dtypes_of(self, raw: dict, key: str, where: str) -> tuple:
+        value = raw.get(key, [])
+        cache_key = ("dtypes", _freeze(value))
+        cached = self.shapes.get(cache_key)
+        if cached is not None:
+            return cached
+        if not isinstance(value, (list, tuple)) or not all(isinstance(d, str) for d in value):
+            raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of dtype names belongs")
+        result = tuple(sys.intern(_DTYPE_NAMES.get(d.lower(), d)) for d in value)
+        self.shapes[cache_key] = result
+        return result
+
+    def stack_id(self, raw: dict) -> int:
+        frames = raw.get("frames")
+        if not frames or not isinstance(frames, list):
+            return -1
+        stack = tuple(
+            Frame(str(f.get("name", "?")), str(f.get("filename", "?")), f.get("line") if isinstance(f.get("line"), int) else 0)
+            for f in frames
+            if isinstance(f, dict)
+        )
+        return self.stacks.setdefault(stack, len(self.stacks))
+
+    # -- records
+    def entry(self, raw: Any, index: int) -> Entry:
+        where = f"entry {index}"
+        if not isinstance(raw, dict):
+            raise _BadEntry(f"{where} is {_shown(raw)} where a dict belongs")
+        name = self.text(raw, "profiling_name", where, "")
+        backend, sep, op = name.partition(":")
+        if not sep:
+            backend, op = "", name
+        op = sys.intern(op.strip())
+        backend = sys.intern(backend)
+        is_p2p = raw.get("is_p2p")
+        if not isinstance(is_p2p, bool):
+            is_p2p = op.startswith(_P2P_PREFIXES)
+
+        pg_id = raw.get("pg_id")
+        group = raw.get("process_group")
+        if isinstance(group, (list, tuple)) and len(group) == 2 and all(isinstance(g, str) for g in group):
+            pg_name, pg_desc = sys.intern(group[0]), sys.intern(group[1])
+        elif group is None and isinstance(pg_id, int):
+            pg_name, pg_desc = sys.intern(str(pg_id)), ""
+        else:
+            raise _BadEntry(f"{where}: 'process_group' is {_shown(group)} where a (name, desc) pair belongs")
+
+        if "collective_seq_id" in raw or "p2p_seq_id" in raw:
+            collective_seq_id = self.integer(raw, "collective_seq_id", where)
+            p2p_seq_id = self.integer(raw, "p2p_seq_id", where, 0)
+        else:  # before 2.0 one counter served both kinds
+            seq = self.integer(raw, "seq_id", where)
+            collective_seq_id, p2p_seq_id = (0, seq) if is_p2p else (seq, 0)
+
+        state = self.text(raw, "state", where, "scheduled")
+        duration = raw.get("duration_ms")
+        retired = raw.get("retired")
+        return Entry(
+            rank=self.rank,
+            index=index,
+            record_id=self.integer(raw, "record_id", where, None),
+            pg_name=pg_name,
+            pg_desc=pg_desc,
+            collective_seq_id=collective_seq_id,
+            p2p_seq_id=p2p_seq_id,
+            op_id=self.integer(raw, "op_id", where, None),
+            op=op,
+            backend=backend,
+            input_sizes=self.shapes_of(raw, "input_sizes", where),
+            output_sizes=self.shapes_of(raw, "output_sizes", where),
+            input_dtypes=self.dtypes_of(raw, "input_dtypes", where),
+            output_dtypes=self.dtypes_of(raw, "output_dtypes", where),
+            state=state,
+            is_p2p=is_p2p,
+            time_created_ns=self.optional_time(raw, "time_created_ns", where),
+            time_started_ns=self.optional_time(raw, "time_discovered_started_ns", where),
+            time_completed_ns=self.optional_time(raw, "time_discovered_completed_ns", where),
+            duration_ms=float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
+            retired=retired if isinstance(retired, bool) else None,
+            timeout_ms=self.integer(raw, "timeout_ms", where, None),
+            stack_id=self.stack_id(raw),
+        )
+
+    def group_configs(self, raw: Any) -> tuple[GroupConfig, ...]:
+        if not isinstance(raw, dict):
+            return ()
+        configs = []
+        for key, value in raw.items():
+            if isinstance(value, dict):
+                name = value.get("name", key)
+                desc = value.get("desc", "")
+                ranks = value.get("ranks")
+            else:  # 1.4: {pg_id: [ranks]}
+                name, desc, ranks = key, "", value
+            if isinstance(ranks, str):
+                if not _RANKS_TEXT.match(ranks.strip()):
+                    self.notes.append(f"pg_config of group {name!r} has ranks {ranks[:40]!r}, not a list of numbers; ignored")
+                    continue
+                ranks = [int(r) for r in re.findall(r"\d+", ranks)]
+            if not isinstance(ranks, (list, tuple)) or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+                continue
+            name = str(name)
+            if not name or not ranks:  # the placeholder real gloo dumps carry
+                continue
+            configs.append(GroupConfig(sys.intern(name), sys.intern(str(desc)), tuple(sorted(set(ranks)))))
+        return tuple(configs)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def normalize(raw: Any, rank: int, path: str, file_format: str) -> Dump:
+    """Typed Dump from the raw object of one file; DumpError when its shape is not a dump's."""
+    normalizer = _Normalizer(rank, path)
+    if isinstance(raw, list):  # before version 1.0: a bare list of entries
+        version, raw_entries, raw_configs = (0, 0), raw, None
+    elif isinstance(raw, dict):
+        if not ({"entries", "version", "pg_config"} & raw.keys()):
+            raise DumpError(path, "a dict without 'entries', 'version' or 'pg_config': not a Flight Recorder dump; leave it out")
+        parsed = parse_version(raw.get("version"))
+        if parsed is None:
+            normalizer.notes.append(f"unknown version {raw.get('version')!r}; read by the fields present")
+            parsed = (0, 0)
+        version = parsed
+        raw_entries = raw.get("entries", [])
+        raw_configs = raw.get("pg_config")
+        if not isinstance(raw_entries, list):
+            raise DumpError(path, f"'entries' is {_shown(raw_entries)} where a list belongs; the file is damaged, leave it out")
+    else:
+        raise DumpError(path, f"holds {type(raw).__name__} {_shown(raw)}, not a Flight Recorder dump; leave it out")
+
+    try:
+        entries = tuple(normalizer.entry(e, i) for i, e in enumerate(raw_entries))
+    except _BadEntry as exc:
+        raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
+    stacks = tuple(stack for stack, _ in sorted(normalizer.stacks.items(), key=lambda item: item[1]))
+    return Dump(
+        rank=rank,
+        path=path,
+        file_format=file_format,
+        version=version,
+        entries=entries,
+        group_configs=normalizer.group_configs(raw_configs),
+        stacks=stacks,
+        notes=tuple(normalizer.notes),
+    )
+
+
+def read_dump(path: str, rank: int) -> Dump:
+    """Read and normalize one dump file; DumpError names the file and what to do."""
+    raw, file_format = read_raw(path)
+    return normalize(raw, rank, path, file_format)
+
+
+def _progress(items: list, enabled: bool) -> Iterable:
+    if not enabled:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc="loading dumps", unit="file", file=sys.stderr, leave=False)
+
+
+def load_dumps(discovery: Discovery, *, progress: bool = False) -> LoadResult:
+    """Read every rank's dump; a file that cannot be used is skipped with its reason.
+
+    When a rank has several files (pickle and JSON, or two prefixes) the first readable one in
+    discovery order is used and the others are reported as skipped.
+    """
+    dumps: dict[int, Dump] = {}
+    skipped: list[SkippedFile] = list(discovery.skipped)
+    for dump_file in _progress(list(discovery.files), progress):
+        used = dumps.get(dump_file.rank)
+        if used is not None:
+            skipped.append(SkippedFile(display_path(dump_file.path), f"rank {dump_file.rank} was already read from {display_path(used.path)}; pass --prefix to choose"))
+            continue
+        try:
+            dumps[dump_file.rank] = read_dump(dump_file.path, dump_file.rank)
+        except DumpError as exc:
+            skipped.append(SkippedFile(display_path(exc.path), exc.reason))
+    ranks_named = frozenset(f.rank for f in discovery.files)
+    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named)
