@@ -26,7 +26,8 @@ class DumpFile:
 @dataclass(frozen=True, slots=True)
 class Discovery:
     files: tuple[DumpFile, ...]  # in rank order; per rank the preferred file first
-    skipped: tuple[SkippedFile, ...]
+    skipped: tuple[SkippedFile, ...]  # named like a dump but not a regular file
+    ignored: tuple[str, ...] = ()  # names that are not dump names (README, expected.json)
 
 
 def _kind_of(mode: int) -> str | None:
@@ -83,13 +84,14 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
 
     candidates: list[tuple[DumpFile, float]] = []
     skipped: list[SkippedFile] = []
+    ignored: list[str] = []
     for name in names:
         path = os.path.join(directory, name)
         printable = display_path(path)
         parts = _split_name(name, prefix)
         if parts is None:
             if not name.startswith("."):
-                skipped.append(SkippedFile(printable, "name does not end in a rank number; not a dump"))
+                ignored.append(printable)
             continue
         try:
             info = os.stat(path)  # follows links; a loop or dangling link raises
@@ -105,4 +107,4 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
 
     prefix_counts = Counter(f.prefix for f, _ in candidates)
     candidates.sort(key=lambda c: (c[0].rank, -prefix_counts[c[0].prefix], c[0].file_format != "pickle", -c[1], c[0].path))
-    return Discovery(tuple(f for f, _ in candidates), tuple(skipped))
+    return Discovery(tuple(f for f, _ in candidates), tuple(skipped), tuple(ignored))

@@ -78,10 +78,10 @@ def read_raw(path: str) -> tuple[Any, str]:
         return _DataOnlyUnpickler(io.BytesIO(data)).load(), "pickle"
     except _Refused as exc:
         raise DumpError(path, f"refused: the pickle asks for {exc}, and a dump holds only data; do not trust this file") from None
-    except EOFError:
-        raise DumpError(path, "truncated pickle (the rank was likely killed mid-write); re-dump it or leave it out") from None
-    except (pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
             OverflowError, UnicodeDecodeError, RecursionError, MemoryError) as exc:
+        if isinstance(exc, EOFError) or "truncated" in str(exc):
+            raise DumpError(path, "truncated pickle (the rank was likely killed mid-write); re-dump it or leave it out") from None
         raise DumpError(path, f"not a readable pickle or JSON dump ({_short(exc)}); leave it out") from None
 
 
@@ -327,15 +327,23 @@ def load_dumps(discovery: Discovery, *, progress: bool = False) -> LoadResult:
     discovery order is used and the others are reported as skipped.
     """
     dumps: dict[int, Dump] = {}
+    used_files: dict[int, DumpFile] = {}
     skipped: list[SkippedFile] = list(discovery.skipped)
+    notes: list[str] = [f"{path}: ignored, the name does not end in a rank number" for path in discovery.ignored]
     for dump_file in _progress(list(discovery.files), progress):
-        used = dumps.get(dump_file.rank)
+        used = used_files.get(dump_file.rank)
         if used is not None:
-            skipped.append(SkippedFile(display_path(dump_file.path), f"rank {dump_file.rank} was already read from {display_path(used.path)}; pass --prefix to choose"))
+            if used.prefix == dump_file.prefix:  # the same dump in the other format
+                notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used.path)}; not read")
+            else:
+                skipped.append(SkippedFile(display_path(dump_file.path),
+                                           f"a second dump for rank {dump_file.rank}, which was read from {display_path(used.path)}; "
+                                           "pass --prefix to choose between them"))
             continue
         try:
             dumps[dump_file.rank] = read_dump(dump_file.path, dump_file.rank)
+            used_files[dump_file.rank] = dump_file
         except DumpError as exc:
             skipped.append(SkippedFile(display_path(exc.path), exc.reason))
     ranks_named = frozenset(f.rank for f in discovery.files)
-    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named)
+    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes))

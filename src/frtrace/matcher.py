@@ -249,10 +249,11 @@ class _Checker:
             reason = "two members cannot outvote each other" if len(keys) == 2 else "no majority"
             return _Verdict(kind, tuple(sorted(keys)), f"{prefix}{parts}; {reason} and no sibling group decides", False)
         reference, offenders = voted
-        counts = Counter(keys.values())
-        detail = (f"{prefix}rank{'s' if len(offenders) > 1 else ''} {format_ranks(offenders)}: "
+        agreeing = [r for r, k in keys.items() if k == reference]
+        others = _ranks_word(agreeing) if agreeing else "the reference"
+        detail = (f"{prefix}{_ranks_word(offenders)}: "
                   + "; ".join(sorted({describe(keys[r]) for r in offenders}))
-                  + f" where {counts.get(reference, 0) or 'the reference'} rank(s) have {describe(reference)}{source}")
+                  + f" where {others} {'has' if len(agreeing) == 1 else 'have'} {describe(reference)}{source}")
         return _Verdict(kind, offenders, detail, bool(offenders))
 
     def _sibling_vote(self, seq: int, keys: dict[int, Hashable], key_of: Callable) -> tuple[Hashable, tuple[int, ...]] | None:
@@ -310,6 +311,10 @@ def format_ranks(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _ranks_word(ranks: Iterable[int]) -> str:
     ranks = sorted(set(ranks))
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
@@ -332,9 +337,12 @@ class _Blocker:
         return f"{self.entry.op or 'unnamed op'} #{self.seq} of {self.group.label}"
 
 
-def analyze(dumps: dict[int, Dump], table: GroupTable) -> Analysis:
-    """Match the collectives of every group across its ranks and name the culprit of a desync."""
-    notes: list[str] = list(table.warnings)
+def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()) -> Analysis:
+    """Match the collectives of every group across its ranks and name the culprit of a desync.
+
+    `notes` are earlier layers' remarks, carried into Analysis.warnings.
+    """
+    notes = [*notes, *table.warnings]
     tracks_by_rank: dict[int, dict[tuple, _Track]] = {}
     for rank, dump in dumps.items():
         tracks_by_rank[rank], rank_notes = _build_tracks(dump, table)
@@ -604,7 +612,7 @@ class _WaitGraph:
             waiting = self.waiters[key]
             if key in self.weak:
                 no_dump = [r for r in awaited if r not in self.dumps]
-                why = f"{_ranks_word(no_dump)} wrote no dump" if no_dump else f"{_ranks_word(awaited)}'s buffer no longer shows this group"
+                why = f"{_ranks_word(no_dump)} left no readable dump" if no_dump else f"{_ranks_word(awaited)}'s buffer no longer shows this group"
                 detail = f"{why}; {_ranks_word(waiting)} wait in it"
                 if not any(self.tracking.get(r) for r in waiting):
                     detail += " (the dumps do not record completion: this reads them as taken during a hang)"
@@ -722,7 +730,8 @@ def _conclude(dumps, table, findings, checks, graph: _WaitGraph, blockers, notes
             headline = "the dumps hold no entries (was the Flight Recorder buffer size set?)"
         else:
             verdict = "clean"
-            headline = f"{len(loaded)} ranks, {group_count} groups, {matched} collectives matched; no desync"
+            headline = (f"{_count(len(loaded), 'rank')}, {_count(group_count, 'group')}, "
+                        f"{_count(matched, 'collective')} matched; no desync")
             if missing:
                 headline += f" (no dump from {_ranks_word(missing)}, and nobody waits for it)"
 
@@ -778,16 +787,16 @@ def _missing_headline(key, ranks, graph: _WaitGraph, blockers, dumps) -> str:
     subject = _ranks_word(ranks)
     if key[0] == "p2p":
         other = "recv" if blocker.p2p and blocker.p2p.kind == "send" else "send"
-        text = f"{subject} never posted the {other} matching {blocker.describe()} on rank {blocker.rank}"
+        text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"
     elif all(r not in dumps for r in ranks):
-        return (f"{subject} wrote no dump and {_ranks_word(waiting)} wait for it in {blocker.describe()}: "
+        return (f"{subject} left no readable dump and {_ranks_word(waiting)} wait for it in {blocker.describe()}: "
                 f"{'they are' if len(ranks) > 1 else 'it is'} the prime suspect")
     else:
-        text = f"{subject} never joined {blocker.describe()} ({len(waiting)} rank{'s' if len(waiting) != 1 else ''} wait in it)"
+        text = f"{subject} never joined {blocker.describe()} ({len(waiting)} {'ranks wait' if len(waiting) != 1 else 'rank waits'} in it)"
     for rank in ranks:
         own = blockers.get(rank)
         if rank not in dumps:
-            text += f"; rank {rank} wrote no dump"
+            text += f"; rank {rank} left no readable dump"
         elif own is None:
             text += f"; rank {rank} is in no collective (all its ops completed)" if graph.tracking.get(rank) else f"; rank {rank} recorded no ops"
         elif rank in graph.joined_by_all:

@@ -98,6 +98,7 @@ class LoadResult:
     dumps: dict[int, Dump]
     skipped: tuple[SkippedFile, ...]
     ranks_named: frozenset[int]  # every rank a candidate file name pointed at, read or not
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,135 @@
+"""Render an Analysis: the text report for people, the JSON report for scripts, entry tables."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, TextIO
+
+from tabulate import tabulate
+
+from .groups import GroupTable
+from .matcher import format_ranks
+from .types import Analysis, Dump, Finding, SkippedFile
+
+
+def _where(finding: Finding) -> str:
+    if finding.collective_seq_id is not None:
+        return f"#{finding.collective_seq_id}"
+    if finding.p2p_seq_id is not None:
+        return f"p2p #{finding.p2p_seq_id}"
+    return ""
+
+
+def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[SkippedFile, ...], out: TextIO, *,
+                mismatch_cap: int = 10, print_stack_trace: bool = False, verbose: bool = False) -> None:
+    """The report: verdict line first, then findings, the culprit's stack, a summary, warnings."""
+    print(analysis.headline, file=out)
+
+    if analysis.findings:
+        shown = analysis.findings[:mismatch_cap] if mismatch_cap > 0 else analysis.findings
+        rows = [
+            ["*" if f.root_cause else "", f.kind, f"{f.group.label} (pg {f.group.name})", _where(f), f.op,
+             format_ranks(f.ranks) or "?", f.detail]
+            for f in shown
+        ]
+        print("\nFindings (* = root cause)", file=out)
+        print(tabulate(rows, headers=["", "kind", "group", "seq", "op", "ranks", "detail"], tablefmt="simple",
+                       maxcolwidths=[None, None, None, None, None, None, 70]), file=out)
+        if len(analysis.findings) > len(shown):
+            print(f"... {len(analysis.findings) - len(shown)} more finding(s); raise --mismatch-cap to see them", file=out)
+
+    stack_ranks = set(analysis.culprit_entries)
+    if print_stack_trace:
+        stack_ranks |= {r for f in analysis.findings for r in f.ranks if r in dumps}
+    for rank in sorted(stack_ranks):
+        entry = analysis.culprit_entries.get(rank)
+        if entry is None:
+            entry = dumps[rank].entries[-1] if dumps.get(rank) and dumps[rank].entries else None
+        if entry is None:
+            continue
+        stacks = dumps[rank].stacks
+        if not 0 <= entry.stack_id < len(stacks):
+            continue
+        print(f"\nStack of rank {rank}'s {entry.op} #{entry.collective_seq_id} ({entry.pg_desc or entry.pg_name}), innermost first:", file=out)
+        for frame in stacks[entry.stack_id]:
+            print(f"  {frame.name} at {frame.filename}:{frame.line}", file=out)
+
+    checked = len(analysis.checks)
+    matched = sum(1 for c in analysis.checks if not c.missing_ranks and c.mismatch is None)
+    print("\nSummary", file=out)
+    summary = [
+        ["ranks loaded", f"{len(analysis.ranks_loaded)} ({format_ranks(analysis.ranks_loaded) or 'none'})"],
+        ["ranks missing", format_ranks(analysis.ranks_missing) or "none"],
+        ["groups", str(len(analysis.groups))],
+        ["collectives", f"{checked} aligned, {matched} matched on every member"],
+    ]
+    if analysis.culprit_ranks:
+        summary.append(["culprit ranks", format_ranks(analysis.culprit_ranks)])
+    if skipped:
+        summary.append(["files skipped", str(len(skipped))])
+    print(tabulate(summary, tablefmt="plain"), file=out)
+
+    if skipped:
+        print("\nSkipped files", file=out)
+        for item in skipped:
+            print(f"  {item.path}: {item.reason}", file=out)
+    if analysis.warnings:
+        print("\nNotes", file=out)
+        shown_warnings = analysis.warnings if verbose else analysis.warnings[:5]
+        for warning in shown_warnings:
+            print(f"  {warning}", file=out)
+        if len(analysis.warnings) > len(shown_warnings):
+            print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
+
+
+def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...]) -> dict[str, Any]:
+    """The JSON report, in the documented schema."""
+    return {
+        "verdict": analysis.verdict,
+        "culprit_ranks": list(analysis.culprit_ranks),
+        "headline": analysis.headline,
+        "ranks_loaded": list(analysis.ranks_loaded),
+        "ranks_missing": list(analysis.ranks_missing),
+        "findings": [
+            {
+                "kind": f.kind,
+                "pg_name": f.group.name,
+                "pg_desc": f.group.desc,
+                "collective_seq_id": f.collective_seq_id,
+                "p2p_seq_id": f.p2p_seq_id,
+                "op": f.op,
+                "ranks": list(f.ranks),
+                "expected_ranks": list(f.expected_ranks),
+                "detail": f.detail,
+                "root_cause": f.root_cause,
+            }
+            for f in analysis.findings
+        ],
+        "skipped_files": [{"path": s.path, "reason": s.reason} for s in skipped],
+    }
+
+
+def render_entries(dumps: dict[int, Dump], table: GroupTable, out: TextIO, *,
+                   selected_ranks: tuple[int, ...] | None = None, pg_filters: tuple[str, ...] | None = None) -> None:
+    """Entries side by side: per group, one row per sequence id and one column per rank."""
+    ranks = [r for r in sorted(dumps) if selected_ranks is None or r in selected_ranks]
+    for group in table.groups:
+        if pg_filters and group.name not in pg_filters and group.desc not in pg_filters:
+            continue
+        columns = [r for r in ranks if r in group.ranks]
+        if not columns:
+            continue
+        cells: dict[tuple[str, int], dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+        for rank in columns:
+            for entry in dumps[rank].entries:
+                if table.group_of(rank, entry.pg_name) is not group:
+                    continue
+                kind, seq = ("p2p", entry.p2p_seq_id) if entry.is_p2p else ("", entry.collective_seq_id)
+                sizes = ",".join("x".join(map(str, s)) for s in entry.input_sizes) or "-"
+                cells[(kind, seq)][rank].append(f"{entry.op} {sizes} {entry.state}")
+        if not cells:
+            continue
+        print(f"\n{group.label} (pg {group.name}, ranks {format_ranks(group.ranks)})", file=out)
+        rows = [[f"{kind} {seq}".strip()] + ["; ".join(cells[(kind, seq)].get(r, [])) for r in columns]
+                for kind, seq in sorted(cells, key=lambda k: (k[0], k[1]))]
+        print(tabulate(rows, headers=["seq"] + [f"rank {r}" for r in columns], tablefmt="simple"), file=out)

@@ -1,0 +1,85 @@
+"""Factories for dump entries and dump files, shared by the tests."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def scenario_dirs() -> list[Path]:
+    return sorted(p.parent for p in FIXTURES.glob("*/expected.json"))
+
+
+def entry(pg="0", desc="default_pg", seq=1, op="all_reduce", sizes=((3, 4),), out=None, dtype="Float",
+          state="scheduled", backend="gloo", p2p_seq=0, record_id=None, is_p2p=False, **extra) -> dict:
+    """One raw entry in the 2.10 layout; record_id is filled in by make_dump when None."""
+    sizes = [list(s) for s in sizes]
+    out_sizes = sizes if out is None else [list(s) for s in out]
+    raw = {
+        "record_id": record_id,
+        "pg_id": int(pg) if pg.isdigit() else 0,
+        "process_group": (pg, desc),
+        "collective_seq_id": seq,
+        "p2p_seq_id": p2p_seq,
+        "op_id": seq,
+        "profiling_name": f"{backend}:{op}" if backend else op,
+        "time_created_ns": 1_000_000 * seq,
+        "input_sizes": sizes,
+        "input_dtypes": [dtype] * len(sizes),
+        "output_sizes": out_sizes,
+        "output_dtypes": [dtype] * len(out_sizes),
+        "state": state,
+        "time_discovered_started_ns": None,
+        "time_discovered_completed_ns": None,
+        "retired": True,
+        "timeout_ms": 1000,
+        "is_p2p": is_p2p,
+    }
+    raw.update(extra)
+    return raw
+
+
+def ops(n, start=1, **kw) -> list[dict]:
+    """n consecutive collectives of one group, seq ids start..start+n-1."""
+    return [entry(seq=s, **kw) for s in range(start, start + n)]
+
+
+def make_dump(entries: list[dict], version="2.10", pg_config=None, first_record=0) -> dict:
+    """A raw 2.10 dump; record ids count from first_record (above 0 = the buffer wrapped)."""
+    numbered = []
+    for i, raw in enumerate(entries):
+        raw = dict(raw)
+        if raw["record_id"] is None:
+            raw["record_id"] = first_record + i
+        numbered.append(raw)
+    return {
+        "version": version,
+        "pg_config": pg_config if pg_config is not None else {"": {"name": "", "desc": "", "ranks": "[]"}},
+        "pg_status": {},
+        "entries": numbered,
+    }
+
+
+def write_dumps(directory: Path, dumps: dict[int, object], fmt="pickle", prefix="nccl_trace_rank_") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for rank, dump in dumps.items():
+        if fmt == "json":
+            (directory / f"{prefix}{rank}.json").write_text(json.dumps(dump))
+        else:
+            (directory / f"{prefix}{rank}").write_bytes(pickle.dumps(dump, protocol=2))
+    return directory
+
+
+@pytest.fixture
+def dump_dir(tmp_path):
+    """Write {rank: raw dump} into a fresh directory and return its path."""
+
+    def write(dumps: dict[int, object], **kw) -> Path:
+        return write_dumps(tmp_path / "dumps", dumps, **kw)
+
+    return write

@@ -1,0 +1,187 @@
+"""The command line through main([...]): exit codes, messages, outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES, entry, make_dump, ops, write_dumps
+from frtrace import cli
+from frtrace.cli import main
+
+HEALTHY = str(FIXTURES / "healthy")
+SKIP = str(FIXTURES / "skip_rank2")
+JSON_KEYS = {"verdict", "culprit_ranks", "headline", "ranks_loaded", "ranks_missing", "findings", "skipped_files"}
+FINDING_KEYS = {"kind", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op", "ranks", "expected_ranks", "detail", "root_cause"}
+
+
+def test_clean_run_exits_0_and_says_so_first(capsys):
+    assert main(["-d", HEALTHY]) == 0
+    assert capsys.readouterr().out.startswith("CLEAN: 4 ranks, 5 groups")
+
+
+def test_directory_may_be_given_positionally(capsys):
+    assert main([SKIP]) == 1
+    assert capsys.readouterr().out.startswith("DESYNC: rank 2 never joined all_reduce #10 of default_pg")
+
+
+def test_report_shows_findings_stack_and_summary(capsys):
+    main(["-d", SKIP])
+    out = capsys.readouterr().out
+    assert "Findings (* = root cause)" in out
+    assert "Stack of rank 2's all_reduce #9" in out and "fixtures/generate_gloo.py" in out
+    assert "ranks loaded   4 (0-3)" in out
+
+
+def test_json_report_schema_is_exact(tmp_path):
+    target = tmp_path / "r.json"
+    main(["-d", SKIP, "--json", str(target)])
+    report = json.loads(target.read_text())
+    assert set(report) == JSON_KEYS
+    assert report["verdict"] == "desync" and report["culprit_ranks"] == [2]
+    assert all(set(f) == FINDING_KEYS for f in report["findings"])
+
+
+def test_json_to_stdout_prints_only_json(capsys):
+    main(["-d", SKIP, "--json", "-"])
+    assert json.loads(capsys.readouterr().out)["culprit_ranks"] == [2]
+
+
+def test_just_print_entries_puts_ranks_side_by_side(capsys):
+    assert main(["-d", SKIP, "-j", "--selected-ranks", "1", "2", "--pg-filters", "default_pg"]) == 0
+    out = capsys.readouterr().out
+    assert "rank 1" in out and "rank 2" in out and "rank 0" not in out
+    assert "tp (pg" not in out
+    row_10 = next(line for line in out.splitlines() if line.split()[:1] == ["10"])
+    assert row_10.count("all_reduce") == 1  # rank 1 issued #10, rank 2 did not
+
+
+@pytest.mark.parametrize("argv,message", [
+    ([], "no dump directory given"),
+    (["--selected-ranks", "1", "-d", HEALTHY], "add -j"),
+    (["--selected-ranks", "x", "-d", HEALTHY], "invalid int value: 'x'; see frtrace --help"),
+    (["--transform-ft", HEALTHY], "--group-world-size"),
+    (["-d", "/nonexistent/dumps"], "/nonexistent/dumps: cannot read the dump directory"),
+    (["-d", HEALTHY, "-o", "-"], "binary pickle"),
+    (["-d", str(FIXTURES / "generate_gloo.py")], "not a directory"),
+])
+def test_usage_errors_exit_2_with_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_output_that_is_a_directory_fails_before_analysis(tmp_path, capsys):
+    assert main(["-d", HEALTHY, "-o", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_output_in_a_missing_folder_fails_with_the_path(tmp_path, capsys):
+    assert main(["-d", HEALTHY, "--json", str(tmp_path / "no" / "r.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_outputs_replace_old_files_whole(tmp_path):
+    db_path = tmp_path / "db.pkl"
+    db_path.write_bytes(b"old")
+    main(["-d", SKIP, "-o", str(db_path)])
+    with open(db_path, "rb") as handle:
+        _, db = pickle.load(handle)
+    assert db.findings and sorted(os.listdir(tmp_path)) == ["db.pkl"]
+
+
+def test_a_failure_while_writing_leaves_the_old_file(tmp_path, monkeypatch, capsys):
+    db_path = tmp_path / "db.pkl"
+    db_path.write_bytes(b"old")
+
+    def broken(db, handle):
+        handle.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli, "write_database", broken)
+    assert main(["-d", SKIP, "-o", str(db_path)]) == 2
+    assert db_path.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["db.pkl"]
+    assert "No space left on device" in capsys.readouterr().err
+
+
+def test_ctrl_c_exits_130_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "analyze", interrupted)
+    assert main(["-d", SKIP, "-o", str(tmp_path / "db.pkl")]) == 130
+    assert os.listdir(tmp_path) == [] and "interrupted" in capsys.readouterr().err
+
+
+def test_bad_files_are_named_on_stderr_and_the_rest_is_analysed(tmp_path, capsys):
+    write_dumps(tmp_path, {r: make_dump(ops(3)) for r in (0, 1, 3)})
+    (tmp_path / "nccl_trace_rank_2").write_bytes(b"\x80\x02}q\x00")
+    code = main(["-d", str(tmp_path), "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert "nccl_trace_rank_2: truncated pickle" in err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["ranks_loaded"] == [0, 1, 3] and report["ranks_missing"] == [2]
+    assert report["skipped_files"][0]["path"].endswith("nccl_trace_rank_2")
+    # gloo-like dumps record no completion: all three in their last op may be waiting for rank 2
+    assert code == 1 and report["culprit_ranks"] == [2]
+    assert "rank 2 left no readable dump" in report["headline"]
+
+
+def test_strict_turns_a_skipped_file_into_exit_2(tmp_path, capsys):
+    write_dumps(tmp_path, {r: make_dump(ops(3, backend="nccl", state="completed")) for r in (0, 1)})
+    (tmp_path / "nccl_trace_rank_2").write_bytes(b"")
+    assert main(["-d", str(tmp_path)]) == 0
+    assert main(["-d", str(tmp_path), "--strict"]) == 2
+    assert "--strict" in capsys.readouterr().err
+
+
+def test_nothing_readable_exits_2(tmp_path, capsys):
+    (tmp_path / "nccl_trace_rank_0").write_bytes(b"junk")
+    assert main(["-d", str(tmp_path)]) == 2
+    assert "none of the 1 dump file(s) could be read" in capsys.readouterr().err
+
+
+def test_fixture_folders_run_strict_without_noise(capsys):
+    assert main(["-d", HEALTHY, "--strict"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_no_dump_names_exits_2(tmp_path, capsys):
+    (tmp_path / "README").write_text("x")
+    assert main(["-d", str(tmp_path)]) == 2
+    assert "no dump files" in capsys.readouterr().err
+
+
+def test_torchfrtrace_spellings_are_accepted(capsys):
+    assert main([SKIP, "--allow-incomplete-ranks", "--mismatch_cap", "1", "--print_stack_trace", "-v"]) == 1
+    assert "more finding" not in capsys.readouterr().out
+
+
+def test_transform_ft_shifts_replica_ranks(tmp_path):
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    dumps = {r: make_dump(ops(2, backend="nccl", state="completed") + ([] if r == 3 else [entry(seq=3, backend="nccl")]),
+                          pg_config=config) for r in range(4)}
+    write_dumps(tmp_path, dumps)
+    out = tmp_path / "r.json"
+    main(["-d", str(tmp_path), "--transform-ft", "--group-world-size", "2", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert report["culprit_ranks"] == [3]
+    (root,) = [f for f in report["findings"] if f["root_cause"]]
+    assert root["expected_ranks"] == [2, 3]
+    # replica 0's ranks 0 and 1 form their own default group
+    assert {tuple(f["expected_ranks"]) for f in report["findings"]} == {(0, 1), (2, 3)}
+
+
+def test_every_option_has_help_text():
+    parser = cli.build_parser()
+    assert all(action.help for action in parser._actions)
+
+
+def test_module_entry_point_runs(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "frtrace", "-d", SKIP], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout.startswith("DESYNC")

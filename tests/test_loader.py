@@ -1,0 +1,297 @@
+"""Reading dump files: every format version, and every kind of damaged or hostile input."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import threading
+
+import pytest
+
+from conftest import entry, make_dump, ops, write_dumps
+from frtrace.discover import find_dump_files
+from frtrace.errors import DumpError, UsageError
+from frtrace.loader import load_dumps, read_dump
+
+
+def load(directory, **kw):
+    return load_dumps(find_dump_files(str(directory), **kw))
+
+
+# ---------------------------------------------------------------------------- format versions
+def test_pickle_and_json_normalize_to_the_same_entries(tmp_path):
+    raw = make_dump(ops(3))
+    write_dumps(tmp_path / "p", {0: raw})
+    as_json = json.loads(json.dumps(raw))
+    for e in as_json["entries"]:  # JSON writes 0 for unset times and lists for tuples
+        e["time_discovered_started_ns"] = 0
+        e["time_discovered_completed_ns"] = 0
+    write_dumps(tmp_path / "j", {0: as_json}, fmt="json")
+    from_pickle = load(tmp_path / "p").dumps[0]
+    from_json = load(tmp_path / "j").dumps[0]
+    assert from_pickle.entries == from_json.entries
+    assert from_json.file_format == "json" and from_pickle.file_format == "pickle"
+    assert from_json.entries[0].time_started_ns is None
+
+
+def test_version_before_1_0_is_a_bare_list_with_one_seq_counter(tmp_path):
+    old = [{"seq_id": i, "pg_id": 0, "profiling_name": "nccl:all_reduce", "input_sizes": [[2]], "output_sizes": [[2]],
+            "state": "completed", "frames": []} for i in (1, 2)]
+    write_dumps(tmp_path, {0: old})
+    dump = load(tmp_path).dumps[0]
+    assert dump.version == (0, 0)
+    assert [e.collective_seq_id for e in dump.entries] == [1, 2]
+    assert dump.entries[0].pg_name == "0" and dump.entries[0].record_id is None
+
+
+def test_version_1_4_pg_config_maps_ids_to_rank_lists(tmp_path):
+    raw = {"version": "1.4", "pg_config": {0: [0, 1, 2]}, "entries": [
+        {"record_id": 0, "seq_id": 1, "pg_id": 0, "op_id": 1, "profiling_name": "nccl:all_reduce",
+         "input_sizes": [[2]], "output_sizes": [[2]], "state": "scheduled"}]}
+    write_dumps(tmp_path, {0: raw})
+    dump = load(tmp_path).dumps[0]
+    assert dump.version == (1, 4)
+    assert [(g.name, g.ranks) for g in dump.group_configs] == [("0", (0, 1, 2))]
+
+
+def test_version_2_0_cpp_dtype_names_are_normalized(tmp_path):
+    write_dumps(tmp_path, {0: make_dump([entry(dtype="float"), entry(seq=2, dtype="c10::Half")], version="2.0")})
+    dump = load(tmp_path).dumps[0]
+    assert [e.input_dtypes for e in dump.entries] == [("Float",), ("Half",)]
+
+
+def test_real_gloo_placeholder_pg_config_counts_as_no_config(tmp_path):
+    write_dumps(tmp_path, {0: make_dump(ops(1))})
+    assert load(tmp_path).dumps[0].group_configs == ()
+
+
+def test_pg_config_ranks_text_is_parsed_without_eval(tmp_path):
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},
+              "1": {"name": "1", "desc": "evil", "ranks": "__import__('os').system('true')"}}
+    write_dumps(tmp_path, {0: make_dump(ops(1), pg_config=config)})
+    dump = load(tmp_path).dumps[0]
+    assert [(g.name, g.ranks) for g in dump.group_configs] == [("0", (0, 1))]
+    assert any("not a list of numbers" in n for n in dump.notes)
+
+
+def test_entries_may_be_absent_when_empty(tmp_path):
+    write_dumps(tmp_path, {0: {"version": "2.10", "pg_config": {}}}, fmt="json")
+    assert load(tmp_path).dumps[0].entries == ()
+
+
+def test_unknown_version_string_is_read_by_its_fields(tmp_path):
+    write_dumps(tmp_path, {0: make_dump(ops(2), version="banana")})
+    dump = load(tmp_path).dumps[0]
+    assert len(dump.entries) == 2
+    assert any("unknown version" in n for n in dump.notes)
+
+
+def test_unknown_backend_and_op_are_kept(tmp_path):
+    write_dumps(tmp_path, {0: make_dump([entry(backend="mybackend", op="frobnicate")])})
+    e = load(tmp_path).dumps[0].entries[0]
+    assert (e.backend, e.op) == ("mybackend", "frobnicate")
+
+
+def test_seq_ids_written_as_digit_strings_are_accepted(tmp_path):
+    raw = make_dump(ops(1))
+    raw["entries"][0]["collective_seq_id"] = "1"
+    write_dumps(tmp_path, {0: raw})
+    assert load(tmp_path).dumps[0].entries[0].collective_seq_id == 1
+
+
+# ---------------------------------------------------------------------------- file names
+@pytest.mark.parametrize("name,rank", [
+    ("nccl_trace_rank_12", 12), ("comm_lib_trace_rank_3.json", 3), ("trace_host-a01_7", 7), ("dump5.pkl", 5),
+])
+def test_rank_comes_from_the_trailing_digits(tmp_path, name, rank):
+    (tmp_path / name).write_bytes(pickle.dumps(make_dump(ops(1))))
+    assert [f.rank for f in find_dump_files(str(tmp_path)).files] == [rank]
+
+
+def test_prefix_option_accepts_a_path_prefix(tmp_path):
+    write_dumps(tmp_path, {0: make_dump(ops(1)), 1: make_dump(ops(1))})
+    write_dumps(tmp_path, {0: make_dump(ops(1))}, prefix="other_")
+    found = find_dump_files(str(tmp_path), prefix="/tmp/nccl_trace_rank_")
+    assert [os.path.basename(f.path) for f in found.files] == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
+
+
+def test_not_a_directory_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="not a directory"):
+        find_dump_files(str(tmp_path / "nope.txt") if (tmp_path / "nope.txt").write_text("x") else "")
+
+
+# ---------------------------------------------------------------------------- hostile input
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+class _Evals:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import builtins
+        return (builtins.exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+class _Subprocess:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import subprocess
+        return (subprocess.call, (["touch", str(self.marker)],))
+
+
+@pytest.mark.parametrize("payload", [_RunsCode, _Evals, _Subprocess], ids=["os.system", "builtins.exec", "subprocess.call"])
+def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path, payload):
+    marker = tmp_path / "pwned"
+    evil = make_dump(ops(1))
+    evil["entries"][0]["frames"] = [payload(marker)]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "nccl_trace_rank_0").write_bytes(pickle.dumps(evil))
+    write_dumps(tmp_path / "d", {1: make_dump(ops(1))})
+
+    result = load(tmp_path / "d")
+
+    assert not marker.exists()
+    assert list(result.dumps) == [1]
+    (skipped,) = result.skipped
+    assert "refused" in skipped.reason and "nccl_trace_rank_0" in skipped.path
+
+
+@pytest.mark.parametrize("content,reason", [
+    (b"", "empty file"),
+    (pickle.dumps(make_dump(ops(5)))[:-20], "truncated pickle"),
+    (json.dumps(make_dump(ops(5))).encode()[:-30], "not valid JSON"),
+    (bytes(range(256)) * 4, "not a readable pickle"),
+    (pickle.dumps([1, 2, 3]), "entry 0 is 1"),
+    (pickle.dumps(42), "holds int"),
+    (pickle.dumps({"foo": 1}), "not a Flight Recorder dump"),
+    (json.dumps({"version": "2.10", "entries": 5}).encode(), "'entries' is 5"),
+])
+def test_damaged_files_are_skipped_with_a_reason_and_the_others_load(tmp_path, content, reason):
+    write_dumps(tmp_path, {0: make_dump(ops(2)), 2: make_dump(ops(2))})
+    (tmp_path / "nccl_trace_rank_1").write_bytes(content)
+
+    result = load(tmp_path)
+
+    assert sorted(result.dumps) == [0, 2]
+    (skipped,) = result.skipped
+    assert skipped.path.endswith("nccl_trace_rank_1") and reason in skipped.reason
+    assert 1 in result.ranks_named
+
+
+@pytest.mark.parametrize("field,value,reason", [
+    ("input_sizes", "[3, 4]", "where a list of shapes belongs"),
+    ("input_sizes", [["3", 4]], "where a list of shapes belongs"),
+    ("collective_seq_id", None, "where an integer belongs"),
+    ("collective_seq_id", "seven", "where an integer belongs"),
+    ("process_group", 17, "where a (name, desc) pair belongs"),
+    ("profiling_name", 3, "where a string belongs"),
+    ("input_dtypes", [1], "list of dtype names"),
+])
+def test_entries_with_wrong_types_name_the_entry_and_field(tmp_path, field, value, reason):
+    raw = make_dump(ops(3))
+    raw["entries"][1][field] = value
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(raw))
+    with pytest.raises(DumpError) as caught:
+        read_dump(str(path), 0)
+    message = str(caught.value)
+    assert "entry 1" in message and field in message and reason in message and str(path) in message
+
+
+def test_missing_required_key_is_named(tmp_path):
+    raw = make_dump(ops(2))
+    del raw["entries"][0]["input_sizes"]
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(raw))
+    with pytest.raises(DumpError, match="entry 0: 'input_sizes' is missing"):
+        read_dump(str(path), 0)
+
+
+def test_fifo_is_never_opened(tmp_path):
+    write_dumps(tmp_path, {0: make_dump(ops(1))})
+    os.mkfifo(tmp_path / "nccl_trace_rank_1.pipe")
+    os.mkfifo(tmp_path / "nccl_trace_rank_2")
+    done = {}
+    worker = threading.Thread(target=lambda: done.setdefault("result", load(tmp_path)), daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert "result" in done, "loading blocked on a FIFO"
+    result = done["result"]
+    assert list(result.dumps) == [0]
+    reasons = {os.path.basename(s.path): s.reason for s in result.skipped}
+    assert "FIFO" in reasons["nccl_trace_rank_2"]
+
+
+def test_sockets_directories_links_and_junk_are_skipped(tmp_path):
+    write_dumps(tmp_path, {0: make_dump(ops(1))})
+    (tmp_path / "nccl_trace_rank_1").mkdir()
+    os.symlink(tmp_path / "loop_b", tmp_path / "nccl_trace_rank_2")
+    os.symlink(tmp_path / "nccl_trace_rank_2", tmp_path / "loop_b")
+    (tmp_path / "README").write_text("notes")
+    (tmp_path / ".DS_Store").write_bytes(b"\0\0")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "nccl_trace_rank_3"))
+    try:
+        result = load(tmp_path)
+    finally:
+        server.close()
+    assert list(result.dumps) == [0]
+    reasons = {os.path.basename(s.path): s.reason for s in result.skipped}
+    assert "directory" in reasons["nccl_trace_rank_1"]
+    assert "cannot stat" in reasons["nccl_trace_rank_2"]
+    assert "socket" in reasons["nccl_trace_rank_3"]
+    assert set(reasons) == {"nccl_trace_rank_1", "nccl_trace_rank_2", "nccl_trace_rank_3"}
+    assert any("README: ignored, the name does not end in a rank number" in n for n in result.notes)
+    assert not any(".DS_Store" in n for n in result.notes)
+
+
+def test_unreadable_file_is_skipped(tmp_path, monkeypatch):
+    write_dumps(tmp_path, {0: make_dump(ops(1)), 1: make_dump(ops(1))})
+    real_open = os.open
+
+    def denied(path, *args, **kw):  # chmod 0 does not stop root, who runs CI
+        if str(path).endswith("nccl_trace_rank_1"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kw)
+
+    monkeypatch.setattr(os, "open", denied)
+    result = load(tmp_path)
+    assert list(result.dumps) == [0] and "cannot open it (Permission denied)" in result.skipped[0].reason
+
+
+def test_non_utf8_file_name_is_reported_printably(tmp_path):
+    write_dumps(tmp_path, {0: make_dump(ops(1))})
+    bad = os.fsencode(str(tmp_path)) + b"/trace_\xff_1"
+    with open(bad, "wb") as handle:
+        handle.write(b"garbage")
+    result = load(tmp_path)
+    (skipped,) = result.skipped
+    assert "\\xff" in skipped.path
+    skipped.path.encode("utf-8")  # printable
+
+
+def test_two_dumps_for_one_rank_keep_the_majority_prefix(tmp_path):
+    write_dumps(tmp_path, {0: make_dump(ops(1)), 1: make_dump(ops(1))})
+    write_dumps(tmp_path, {1: make_dump(ops(2))}, prefix="old_run_")
+    result = load(tmp_path)
+    assert len(result.dumps[1].entries) == 1
+    (skipped,) = result.skipped
+    assert "old_run_1" in skipped.path and "second dump for rank 1" in skipped.reason
+
+
+def test_unreadable_pickle_falls_back_to_its_json_twin(tmp_path):
+    write_dumps(tmp_path, {0: make_dump(ops(2))}, fmt="json")
+    (tmp_path / "nccl_trace_rank_0").write_bytes(b"\x80\x02")
+    result = load(tmp_path)
+    assert result.dumps[0].file_format == "json"
+    assert "truncated" in result.skipped[0].reason

@@ -1,0 +1,232 @@
+"""The matcher on small hand-built dump sets: alignment, size rules, culprits, purity."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+
+from conftest import entry, make_dump, ops
+from frtrace.groups import resolve_groups
+from frtrace.loader import normalize
+from frtrace.matcher import analyze, format_ranks
+
+
+def run(raw_dumps: dict[int, dict]):
+    dumps = {r: normalize(copy.deepcopy(raw), r, f"rank{r}", "pickle") for r, raw in raw_dumps.items()}
+    table = resolve_groups(dumps, frozenset(raw_dumps))
+    return analyze(dumps, table)
+
+
+def nccl(raw_entries, ranks_by_group, first_record=0):
+    config = {name: {"name": name, "desc": desc, "ranks": str(list(ranks))} for name, (desc, ranks) in ranks_by_group.items()}
+    return make_dump(raw_entries, pg_config=config, first_record=first_record)
+
+
+WORLD4 = {"0": ("default_pg", range(4))}
+
+
+def test_healthy_world_is_clean():
+    result = run({r: make_dump(ops(5)) for r in range(4)})
+    assert (result.verdict, result.culprit_ranks, result.findings) == ("clean", (), ())
+
+
+@pytest.mark.parametrize("culprit", [0, 1, 3])
+def test_the_odd_rank_is_blamed_wherever_it_is_listed(culprit):
+    dumps = {r: make_dump(ops(3) + [entry(seq=4, op="broadcast" if r == culprit else "all_reduce")]) for r in range(4)}
+    result = run(dumps)
+    assert result.verdict == "desync" and result.culprit_ranks == (culprit,)
+    assert result.findings[0].kind == "type_mismatch" and result.findings[0].root_cause
+
+
+def test_record_ids_are_not_used_to_align_wrapped_buffers():
+    # ranks 0 and 1 ran 50 extra ops in their own group: their buffers start 50 records later
+    pair = [entry(pg="1", desc="tp", seq=s, sizes=((2,),)) for s in range(1, 51)]
+    dumps = {}
+    for r in range(4):
+        world = ops(10, start=11)
+        mine = world if r >= 2 else pair[-20:] + world
+        dumps[r] = make_dump(mine, first_record=60 if r < 2 else 10)
+    result = run(dumps)
+    assert result.verdict == "clean", result.headline
+
+
+def test_wrapped_buffer_still_shows_a_skip():
+    dumps = {r: make_dump(ops(10 if r != 2 else 9, start=31), first_record=30) for r in range(4)}
+    result = run(dumps)
+    assert result.verdict == "desync" and result.culprit_ranks == (2,)
+    assert result.findings[0].collective_seq_id == 40
+
+
+def test_first_unit_of_a_wrapped_buffer_may_be_cut_and_is_not_compared():
+    # rank 1's first entry is the tail of a coalesced group: it must not read as a type mismatch
+    full = [entry(seq=5, op="all_reduce"), entry(seq=5, op="all_reduce"), entry(seq=5, op="coalesced", sizes=())]
+    cut = full[1:]
+    rest = ops(3, start=6)
+    dumps = {0: make_dump(full + rest, first_record=20), 1: make_dump(cut + rest, first_record=21),
+             2: make_dump(full + rest, first_record=20)}
+    assert run(dumps).verdict == "clean"
+
+
+def test_pair_group_mismatch_is_decided_by_sibling_groups():
+    def rank(r):
+        tp = "1" if r < 2 else "2"
+        op = "broadcast" if r == 3 else "all_reduce"
+        return make_dump(ops(2, pg=tp, desc="tp") + [entry(pg=tp, desc="tp", seq=3, op=op)])
+    result = run({r: rank(r) for r in range(4)})
+    assert result.verdict == "desync" and result.culprit_ranks == (3,)
+    assert "reference: the other tp groups" in result.findings[0].detail
+
+
+def test_pair_group_mismatch_without_siblings_is_inconclusive():
+    dumps = {0: make_dump(ops(2)), 1: make_dump(ops(1) + [entry(seq=2, sizes=((9,),))])}
+    result = run(dumps)
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert "cannot outvote" in result.headline
+
+
+def test_skipper_that_went_on_is_the_culprit_not_its_waiting_peer():
+    groups = {"0": ("default_pg", range(4)), "1": ("tp", (0, 1)), "2": ("tp", (2, 3))}
+    dumps = {}
+    for r in range(4):
+        tp = "1" if r < 2 else "2"
+        mine = ops(2) + ops(2, pg=tp, desc="tp")
+        if r == 1:
+            mine.append(entry(pg=tp, desc="tp", seq=3))
+        else:
+            mine.append(entry(seq=3))
+        dumps[r] = nccl(mine, groups)
+    result = run(dumps)
+    assert result.culprit_ranks == (1,)
+    assert result.headline.startswith("DESYNC: rank 1 never joined all_reduce #3 of default_pg (3 ranks wait in it); rank 1 is blocked in all_reduce #3 of tp")
+
+
+def test_cycle_between_two_ranks_is_inconclusive():
+    groups = {"1": ("a", (0, 1)), "2": ("b", (0, 1))}
+    dumps = {0: nccl(ops(2, pg="1", desc="a") + ops(2, pg="2", desc="b") + [entry(pg="1", desc="a", seq=3)], groups),
+             1: nccl(ops(2, pg="1", desc="a") + ops(2, pg="2", desc="b") + [entry(pg="2", desc="b", seq=3)], groups)}
+    result = run(dumps)
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert "different orders" in result.headline
+
+
+@pytest.mark.parametrize("op,sizes,out,bad", [
+    ("all_gather", ((2,),), ((8,),), False),
+    ("all_gather", ((2,),), ((6,),), True),
+    ("reduce_scatter", ((8,),), ((2,),), False),
+    ("reduce_scatter", ((8,),), ((3,),), True),
+    ("all_reduce", ((4,),), ((4,),), False),
+    ("all_reduce", ((4,),), ((5,),), True),
+])
+def test_a_rank_breaking_its_ops_own_size_rule_is_flagged(op, sizes, out, bad):
+    dumps = {r: make_dump([entry(op=op, sizes=((2,),) if op == "all_gather" else ((8,),) if op == "reduce_scatter" else ((4,),),
+                                 out=((8,),) if op == "all_gather" else ((2,),) if op == "reduce_scatter" else ((4,),))]) for r in range(4)}
+    dumps[2] = make_dump([entry(op=op, sizes=sizes, out=out)])
+    result = run(dumps)
+    assert (result.culprit_ranks == (2,)) is bad
+    assert (result.verdict == "desync") is bad
+
+
+def test_gather_roots_and_non_roots_differ_legitimately():
+    dumps = {r: make_dump([entry(op="gather", sizes=((3,),), out=((4, 3),) if r == 0 else ())]) for r in range(4)}
+    assert run(dumps).verdict == "clean"
+
+
+def test_all_to_all_checks_group_totals():
+    good = {r: make_dump([entry(op="all_to_all", sizes=((r + 1,),), out=((4 - r,),))]) for r in range(4)}
+    assert run(good).verdict == "clean"
+    bad = {r: make_dump([entry(op="all_to_all", sizes=((4,),), out=((4,),))]) for r in range(4)}
+    bad[1] = make_dump([entry(op="all_to_all", sizes=((5,),), out=((4,),))])
+    assert run(bad).culprit_ranks == (1,)
+
+
+def test_dtype_mismatch_names_the_odd_rank():
+    dumps = {r: make_dump([entry(dtype="BFloat16" if r == 2 else "Float")]) for r in range(4)}
+    result = run(dumps)
+    assert result.findings[0].kind == "dtype_mismatch" and result.culprit_ranks == (2,)
+
+
+def p2p(kind, me, peer, seq, state="completed", sizes=((4,),)):
+    name = f"send {me}->{peer}" if kind == "send" else f"recv {me}<-{peer}"
+    return entry(op=name, seq=0, p2p_seq=seq, is_p2p=True, state=state, backend="nccl", sizes=sizes)
+
+
+def test_p2p_pairs_fifo_and_names_the_rank_that_never_received():
+    dumps = {0: nccl([p2p("send", 0, 1, 1), p2p("send", 0, 1, 2, state="scheduled")], {"0": ("default_pg", (0, 1))}),
+             1: nccl([p2p("recv", 1, 0, 1)], {"0": ("default_pg", (0, 1))})}
+    result = run(dumps)
+    assert result.verdict == "desync" and result.culprit_ranks == (1,)
+    assert result.findings[0].kind == "p2p_unmatched"
+
+
+def test_p2p_local_ranks_map_to_global_ranks():
+    groups = {"0": ("default_pg", range(4)), "5": ("pp", (2, 3))}
+    dumps = {r: nccl([entry(backend="nccl", state="completed")], groups) for r in range(4)}
+    dumps[2] = nccl([entry(backend="nccl", state="completed"), {**p2p("send", 0, 1, 1, state="scheduled"), "process_group": ("5", "pp")}], groups)
+    result = run(dumps)
+    assert result.culprit_ranks == (3,)  # local rank 1 of pp {2, 3}
+
+
+def test_stuck_collective_with_completion_tracking():
+    dumps = {r: make_dump(ops(2, backend="nccl", state="completed") + [entry(seq=3, backend="nccl", state="started")]) for r in range(4)}
+    result = run(dumps)
+    assert result.verdict == "stuck" and result.culprit_ranks == (0, 1, 2, 3)
+
+
+def test_gloo_last_ops_without_completion_data_are_clean():
+    dumps = {r: make_dump(ops(3)) for r in range(4)}
+    assert run(dumps).verdict == "clean"
+
+
+def test_missing_dump_everyone_waits_for_is_the_prime_suspect():
+    groups = {"0": ("default_pg", range(4))}
+    dumps = {r: nccl(ops(2, backend="nccl", state="completed") + [entry(seq=3, backend="nccl")], groups) for r in range(3)}
+    result = run(dumps)
+    assert result.culprit_ranks == (3,) and "prime suspect" in result.headline
+    assert result.ranks_missing == (3,)
+
+
+def test_missing_dump_of_a_rank_nobody_waits_for_is_only_listed():
+    groups = {"0": ("default_pg", range(4))}
+    dumps = {r: nccl(ops(3, backend="nccl", state="completed"), groups) for r in range(3)}
+    result = run(dumps)
+    assert result.verdict == "clean" and result.ranks_missing == (3,)
+
+
+def test_world_size_is_read_from_all_gather_shapes_when_the_top_rank_is_missing():
+    dumps = {r: make_dump([entry(op="all_gather", sizes=((2,),), out=((4, 2),)), entry(seq=2)]) for r in range(3)}
+    result = run(dumps)
+    assert result.ranks_missing == (3,)
+    assert result.culprit_ranks == (3,)
+
+
+def test_coalesced_groups_compare_as_one_unit():
+    def coalesced(n):
+        return [entry(seq=1, op="all_reduce", sizes=((i + 1,),)) for i in range(n)] + [entry(seq=1, op="coalesced", sizes=())]
+    same = {r: make_dump(coalesced(3) + [entry(seq=2)]) for r in range(4)}
+    assert run(same).verdict == "clean"
+    odd = dict(same)
+    odd[1] = make_dump(coalesced(2) + [entry(seq=2)])
+    assert run(odd).culprit_ranks == (1,)
+
+
+def test_analysis_does_not_depend_on_the_order_of_ranks():
+    raw = {r: make_dump(ops(3) + ([] if r == 1 else [entry(seq=4)])) for r in range(4)}
+    forward = run(raw)
+    backward = run(dict(reversed(list(raw.items()))))
+    assert (forward.verdict, forward.culprit_ranks, forward.headline) == (backward.verdict, backward.culprit_ranks, backward.headline)
+
+
+def test_analyze_leaves_its_input_unchanged():
+    dumps = {r: normalize(make_dump(ops(3) + ([] if r == 1 else [entry(seq=4)])), r, f"r{r}", "pickle") for r in range(4)}
+    table = resolve_groups(dumps)
+    before = pickle.dumps((dumps, table))
+    first = analyze(dumps, table)
+    assert pickle.dumps((dumps, table)) == before
+    assert analyze(dumps, table).headline == first.headline
+
+
+@pytest.mark.parametrize("ranks,text", [([], ""), ([3], "3"), ([0, 1, 2, 5], "0-2,5"), ([7, 1, 2], "1-2,7")])
+def test_format_ranks(ranks, text):
+    assert format_ranks(ranks) == text
