@@ -776,7 +776,26 @@ def _mismatch_headline(finding: Finding, checks) -> str:
     if finding.kind == "type_mismatch":
         theirs = Counter(Unit(0, check.entries[r]).label for r in offenders).most_common(1)[0][0]
         return f"{_ranks_word(offenders)} called {theirs} as {where} where {_ranks_word(others)} called {finding.op}"
+    if others and offenders:
+        describe = _shown_sizes if finding.kind == "size_mismatch" else _shown_dtypes
+        mine = Counter(describe(check.entries[r]) for r in offenders).most_common(1)[0][0]
+        theirs = Counter(describe(check.entries[r]) for r in others).most_common(1)[0][0]
+        if mine != theirs:
+            verb, preposition = ("passed", "to") if finding.kind == "size_mismatch" else ("used", "in")
+            return (f"{_ranks_word(offenders)} {verb} {mine} {preposition} {finding.op} {where} "
+                    f"where {_ranks_word(others)} {verb} {theirs}")
     return f"{finding.kind.replace('_', ' ')} in {finding.op} {where}: {finding.detail}"
+
+
+def _shown_sizes(entries: tuple[Entry, ...]) -> str:
+    def one(e: Entry) -> str:
+        sizes_in, sizes_out = list(map(list, e.input_sizes)), list(map(list, e.output_sizes))
+        return f"sizes {sizes_in}" if sizes_in == sizes_out else f"sizes {sizes_in} -> {sizes_out}"
+    return " | ".join(one(e) for e in entries if e.op not in rules.COALESCED_TERMINATORS)
+
+
+def _shown_dtypes(entries: tuple[Entry, ...]) -> str:
+    return "dtype " + ",".join(sorted({d for e in entries for d in e.input_dtypes + e.output_dtypes}))
 
 
 def _missing_headline(key, ranks, graph: _WaitGraph, blockers, dumps) -> str:
