@@ -196,6 +196,9 @@ def test_damaged_files_are_skipped_with_a_reason_and_the_others_load(tmp_path, c
     ("process_group", 17, "where a (name, desc) pair belongs"),
     ("profiling_name", 3, "where a string belongs"),
     ("input_dtypes", [1], "list of dtype names"),
+    ("input_dtypes", [{"a": 1}], "list of dtype names"),  # found by hypothesis: unhashable
+    ("input_sizes", [[True, 4]], "where a list of shapes belongs"),
+    ("input_sizes", [[{}]], "where a list of shapes belongs"),
 ])
 def test_entries_with_wrong_types_name_the_entry_and_field(tmp_path, field, value, reason):
     raw = make_dump(ops(3))

@@ -138,7 +138,7 @@ class _Normalizer:
         if value is ...:
             raise _BadEntry(f"{where}: '{key}' is missing")
         cache_key = _freeze(value)
-        cached = self.shapes.get(cache_key)
+        cached = self.shapes.get(cache_key) if cache_key is not None else None
         if cached is not None:
             return cached
         if not isinstance(value, (list, tuple)) or not all(
@@ -147,19 +147,22 @@ class _Normalizer:
         ):
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of shapes belongs")
         result = tuple(tuple(shape) for shape in value)
-        self.shapes[cache_key] = result
+        if cache_key is not None:
+            self.shapes[cache_key] = result
         return result
 
     def dtypes_of(self, raw: dict, key: str, where: str) -> tuple:
         value = raw.get(key, [])
-        cache_key = ("dtypes", _freeze(value))
-        cached = self.shapes.get(cache_key)
+        frozen = _freeze(value)
+        cache_key = ("dtypes", frozen) if frozen is not None else None
+        cached = self.shapes.get(cache_key) if cache_key is not None else None
         if cached is not None:
             return cached
         if not isinstance(value, (list, tuple)) or not all(isinstance(d, str) for d in value):
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of dtype names belongs")
         result = tuple(sys.intern(_DTYPE_NAMES.get(d.lower(), d)) for d in value)
-        self.shapes[cache_key] = result
+        if cache_key is not None:
+            self.shapes[cache_key] = result
         return result
 
     def stack_id(self, raw: dict) -> int:
@@ -259,9 +262,13 @@ class _Normalizer:
 
 
 def _freeze(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_freeze(v) for v in value)
-    return value
+    """A hashable stand-in for a raw value, for the intern cache; None when there is none."""
+    if isinstance(value, (list, tuple)):
+        parts = tuple(_freeze(v) for v in value)
+        return None if any(p is None for p in parts) else parts
+    if isinstance(value, (int, str, float)):  # bool is an int; None has no stand-in
+        return (type(value), value)
+    return None
 
 
 def _shown(value: Any) -> str:
