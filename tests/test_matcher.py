@@ -230,3 +230,13 @@ def test_analyze_leaves_its_input_unchanged():
 @pytest.mark.parametrize("ranks,text", [([], ""), ([3], "3"), ([0, 1, 2, 5], "0-2,5"), ([7, 1, 2], "1-2,7")])
 def test_format_ranks(ranks, text):
     assert format_ranks(ranks) == text
+
+
+def test_unknown_ops_and_backends_are_compared_by_name_and_reported():
+    dumps = {r: make_dump([entry(op="frobnicate", backend="mybackend", sizes=((r,),))]) for r in range(3)}
+    result = run(dumps)
+    assert result.verdict == "clean"  # sizes of an op without rules may differ
+    assert any("'frobnicate' (first on rank 0)" in w for w in result.warnings)
+    assert any("'mybackend'" in w for w in result.warnings)
+    dumps[1] = make_dump([entry(op="defrobnicate", backend="mybackend")])
+    assert run(dumps).culprit_ranks == (1,)

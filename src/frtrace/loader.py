@@ -122,7 +122,11 @@ class _Normalizer:
         raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where an integer belongs")
 
     def optional_time(self, raw: dict, key: str, where: str) -> int | None:
-        value = self.integer(raw, key, where, None)
+        value = raw.get(key)
+        if isinstance(value, float) and value == value and abs(value) < 2**63:  # a JSON writer's float
+            value = int(value)
+        else:
+            value = self.integer(raw, key, where, None)
         return value or None  # JSON writes 0 for unset
 
     def text(self, raw: dict, key: str, where: str, default: Any = ...) -> str:

@@ -81,6 +81,28 @@ class _Track:
         return next(iter(self.units)) if self.units else None
 
 
+_KNOWN_BACKENDS = _TRACKING_BACKENDS | {"gloo", "c10d", ""}
+
+
+def _unknown_names(dumps: dict[int, Dump]) -> list[str]:
+    """Notes on backends and op names frtrace has no rules for; such ops are compared by name only."""
+    ops: dict[str, int] = {}
+    backends: dict[str, int] = {}
+    for rank, dump in dumps.items():
+        for entry in dump.entries:
+            if not entry.is_p2p and entry.op not in rules.KNOWN_OPS:
+                ops.setdefault(entry.op or "(empty name)", rank)
+            if entry.backend not in _KNOWN_BACKENDS:
+                backends.setdefault(entry.backend, rank)
+    notes = []
+    if ops:
+        notes.append("op names without size rules, compared by name only: "
+                     + ", ".join(f"{op!r} (first on rank {r})" for op, r in sorted(ops.items())))
+    if backends:
+        notes.append("unknown backends, read like NCCL: " + ", ".join(f"{b!r} (rank {r})" for b, r in sorted(backends.items())))
+    return notes
+
+
 def _tracks_completion(dump: Dump) -> bool:
     return any(e.backend in _TRACKING_BACKENDS or e.state in ("completed", "started") for e in dump.entries)
 
@@ -349,6 +371,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
         notes.extend(rank_notes)
         notes.extend(f"{dump.path}: {n}" for n in dump.notes)
     tracking = {rank: _tracks_completion(dump) for rank, dump in dumps.items()}
+    notes.extend(_unknown_names(dumps))
 
     views: dict[tuple, _GroupView] = {}
     for group in table.groups:
