@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from conftest import entry, make_dump, ops, write_dumps
+from conftest import FIXTURES, entry, make_dump, ops, write_dumps
 from frtrace.discover import find_dump_files
 from frtrace.errors import DumpError, UsageError
 from frtrace.loader import load_dumps, read_dump
@@ -298,3 +298,29 @@ def test_unreadable_pickle_falls_back_to_its_json_twin(tmp_path):
     result = load(tmp_path)
     assert result.dumps[0].file_format == "json"
     assert "truncated" in result.skipped[0].reason
+
+
+# ---------------------------------------------------------------------------- fast path, workers
+REAL_DUMPS = sorted(p for p in FIXTURES.glob("*/*") if p.name.startswith(("nccl_trace", "comm_lib", "trace_host")))
+
+
+@pytest.mark.parametrize("path", REAL_DUMPS, ids=[f"{p.parent.name}/{p.name}" for p in REAL_DUMPS])
+def test_fast_and_careful_paths_read_the_same_entries(path, monkeypatch):
+    from frtrace import loader
+
+    fast = read_dump(str(path), 0)
+    monkeypatch.setattr(loader, "_fast_columns", lambda raw_entries, normalizer: None)
+    careful = read_dump(str(path), 0)
+    assert fast.entries and fast.entries == careful.entries
+    assert fast.stacks == careful.stacks
+
+
+def test_workers_give_the_same_result_as_one_process(tmp_path):
+    for rank in range(6):
+        write_dumps(tmp_path, {rank: make_dump(ops(4, sizes=((rank + 1,),)))})
+    (tmp_path / "nccl_trace_rank_6").write_bytes(b"\x80\x04junk")
+    (tmp_path / "nccl_trace_rank_7").write_bytes(pickle.dumps({"entries": [{"bad": 1}]}))
+    serial = load(tmp_path)
+    parallel = load_dumps(find_dump_files(str(tmp_path)), workers=2)
+    assert parallel == serial
+    assert sorted(parallel.dumps) == list(range(6)) and len(parallel.skipped) == 2

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import scenario_dirs
 from frtrace.cli import main
+from frtrace.discover import find_dump_files
+from frtrace.loader import load_dumps
 
 SCENARIOS = scenario_dirs()
 
@@ -51,9 +53,13 @@ def test_database_loads_with_plain_pickle(scenario, tmp_path):
     assert set(db._fields) == {"groups", "memberships", "tracebacks", "collectives", "ncclcalls", "findings"}
     expected = json.loads((scenario / "expected.json").read_text())
     assert {r for f in db.findings if f.root_cause for r in f.ranks} >= set(expected["culprit_ranks"]) or expected["verdict"] == "stuck"
-    # every call points at a collective of the same group
+    # one call per entry; each collective call points at a collective of its own group, p2p calls at -1
     by_id = {c.id: c for c in db.collectives}
-    assert all(by_id[call.collective_id].group_id == call.group_id for call in db.ncclcalls)
+    calls = list(db.ncclcalls)
+    loaded = load_dumps(find_dump_files(str(scenario)))
+    assert len(calls) == sum(len(d.entries) for d in loaded.dumps.values())
+    assert all(by_id[c.collective_id].group_id == c.group_id for c in calls if c.collective_id >= 0)
+    assert all(c.collective_type.startswith(("send", "recv")) or c.collective_type in ("coalesced",) for c in calls if c.collective_id < 0)
     assert {m.group_id for m in db.memberships} == {g.id for g in db.groups}
 
 

@@ -1,14 +1,15 @@
-"""The flattened database: findings and matched collectives as flat tables.
+"""The flattened database: findings and aligned collectives as flat tables.
 
 Pickled as (types, db) like torchfrtrace's output, with the same table and field names so that
-scripts written for it keep working, plus a `findings` table. Rows are NamedTuples defined in
-frtrace.types, so loading the pickle needs frtrace importable.
+scripts written for it keep working, plus a `findings` table. Each table is a sequence of
+NamedTuple rows from frtrace.types, stored by column, so loading the pickle needs frtrace.
 """
 
 from __future__ import annotations
 
 import pickle
 from collections import Counter
+from itertools import repeat
 from typing import IO
 
 from . import rules
@@ -22,6 +23,7 @@ from .types import (
     Group,
     Membership,
     NCCLCall,
+    Table,
     Traceback,
 )
 
@@ -34,47 +36,68 @@ def group_ids(groups: tuple[Group, ...]) -> dict[tuple, str]:
     return {g.key: g.name if names[g.name] == 1 else f"{g.name}:{','.join(map(str, g.ranks))}" for g in groups}
 
 
-def _frames_text(stack) -> str:
-    return "\n".join(f"{f.name} at {f.filename}:{f.line}" for f in stack)
+class _Shared:
+    """One list object per distinct value, so a million equal rows share their lists."""
+
+    def __init__(self) -> None:
+        self.shapes: dict = {}
+        self.frames: dict = {}
+
+    def shape_list(self, shapes: tuple) -> list:
+        found = self.shapes.get(shapes)
+        if found is None:
+            found = self.shapes[shapes] = [list(s) for s in shapes]
+        return found
+
+    def frame_list(self, dump: Dump, stack_id: int) -> list:
+        key = (dump.rank, stack_id)
+        found = self.frames.get(key)
+        if found is None:
+            stack = dump.stacks[stack_id] if 0 <= stack_id < len(dump.stacks) else ()
+            found = self.frames[key] = [{"name": f.name, "filename": f.filename, "line": f.line} for f in stack]
+        return found
 
 
 def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
-    """Flatten an Analysis (and the dumps' stacks) into the tables of the database."""
+    """Flatten an Analysis (and the dumps' entries and stacks) into the database's tables."""
     ids = group_ids(analysis.groups)
-    groups = [DbGroup(ids[g.key], g.desc, len(g.ranks)) for g in analysis.groups]
-    memberships = [Membership(ids[g.key], r) for g in analysis.groups for r in g.ranks]
+    shared = _Shared()
+    groups = Table.from_rows(DbGroup, (DbGroup(ids[g.key], g.desc, len(g.ranks)) for g in analysis.groups))
+    memberships = Table.from_rows(Membership, (Membership(ids[g.key], r) for g in analysis.groups for r in g.ranks))
 
-    tracebacks: list[Traceback] = []
-    traceback_id: dict[tuple[int, int], int] = {}
+    traceback_rows: list[Traceback] = []
+    traceback_of: dict[int, tuple[int, ...]] = {}  # rank -> traceback id per stack id
     by_text: dict[str, int] = {}
     for rank, dump in dumps.items():
-        for stack_id, stack in enumerate(dump.stacks):
-            text = _frames_text(stack)
+        per_stack = []
+        for stack in dump.stacks:
+            text = "\n".join(f"{f.name} at {f.filename}:{f.line}" for f in stack)
             if text not in by_text:
-                by_text[text] = len(tracebacks)
-                tracebacks.append(Traceback(len(tracebacks), text))
-            traceback_id[(rank, stack_id)] = by_text[text]
+                by_text[text] = len(traceback_rows)
+                traceback_rows.append(Traceback(len(traceback_rows), text))
+            per_stack.append(by_text[text])
+        traceback_of[rank] = tuple(per_stack)
 
-    collectives: list[DbCollective] = []
-    calls: list[NCCLCall] = []
+    rows = []
+    collective_of: dict[tuple[str, int], int] = {}  # (group id, seq) -> collective id
+    rank_sets: dict[tuple, frozenset] = {}
     for check in analysis.checks:
-        group_id = ids[check.group.key]
         if not check.entries:
             continue
-        signatures = Counter(tuple((e.op, e.input_sizes, e.output_sizes) for e in unit) for unit in check.entries.values())
-        reference_sig = signatures.most_common(1)[0][0]
-        reference_rank = next(r for r, unit in sorted(check.entries.items())
-                              if tuple((e.op, e.input_sizes, e.output_sizes) for e in unit) == reference_sig)
+        group_id = ids[check.group.key]
+        signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes) for e in unit) for r, unit in check.entries.items()}
+        reference = Counter(signature_of.values()).most_common(1)[0][0]
+        reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
         unit = check.entries[reference_rank]
         head = unit[0]
         states = {u[-1].state for u in check.entries.values()}
-        mismatched = {r: "+".join(e.op for e in u) for r, u in check.entries.items()
-                      if tuple((e.op, e.input_sizes, e.output_sizes) for e in u) != reference_sig}
-        dump = dumps[reference_rank]
-        stack = dump.stacks[head.stack_id] if 0 <= head.stack_id < len(dump.stacks) else ()
-        collective_id = len(collectives)
-        collectives.append(DbCollective(
-            id=collective_id,
+        mismatched = {r: "+".join(e.op for e in check.entries[r]) for r, sig in signature_of.items() if sig != reference}
+        expected = rank_sets.get(check.group.key)
+        if expected is None:
+            expected = rank_sets[check.group.key] = frozenset(check.group.ranks)
+        collective_of[(group_id, check.collective_seq_id)] = len(rows)
+        rows.append(DbCollective(
+            id=len(rows),
             group_id=group_id,
             pass_check=check.mismatch is None and not check.missing_ranks,
             collective_seq_id=check.collective_seq_id,
@@ -82,35 +105,47 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
             record_id=head.record_id if head.record_id is not None else -1,
             pg_desc=check.group.desc,
             collective_name=head.op if len(unit) == 1 else unit[-1].op,
-            input_sizes=[list(s) for s in head.input_sizes],
-            output_sizes=[list(s) for s in head.output_sizes],
-            expected_ranks=set(check.group.ranks),
+            input_sizes=shared.shape_list(head.input_sizes),
+            output_sizes=shared.shape_list(head.output_sizes),
+            expected_ranks=expected,
             collective_state=states.pop() if len(states) == 1 else "mixed",
-            collective_frames=[{"name": f.name, "filename": f.filename, "line": f.line} for f in stack],
+            collective_frames=shared.frame_list(dumps[reference_rank], head.stack_id),
             input_numel=rules.numel(head.input_sizes),
             output_numel=rules.numel(head.output_sizes),
-            missing_ranks=set(check.missing_ranks),
+            missing_ranks=frozenset(check.missing_ranks),
             mismatch_collectives=mismatched or None,
             type_of_mismatch=check.mismatch,
         ))
-        for rank, rank_unit in sorted(check.entries.items()):
-            for entry in rank_unit:
-                calls.append(NCCLCall(
-                    id=len(calls),
-                    collective_id=collective_id,
-                    group_id=group_id,
-                    global_rank=rank,
-                    traceback_id=traceback_id.get((rank, entry.stack_id), -1),
-                    collective_type=entry.op,
-                    sizes=[list(s) for s in entry.input_sizes],
-                ))
+    collectives = Table.from_rows(DbCollective, rows)
 
-    findings = [
+    # one call per entry of every rank, built a rank at a time by C-level maps over its entries
+    call_columns: list[list] = [[] for _ in NCCLCall._fields]
+    group_id_of = {(rank, name): ids[g.key] for (rank, name), g in _groups_by_rank(analysis).items()}
+    for rank, dump in dumps.items():
+        if not dump.entries:
+            continue
+        names = [group_id_of.get((rank, e.pg_name), e.pg_name) for e in dump.entries]
+        seqs = [None if e.is_p2p else e.collective_seq_id for e in dump.entries]
+        tracebacks = traceback_of[rank]
+        call_columns[1].extend(map(collective_of.get, zip(names, seqs), repeat(-1)))
+        call_columns[2].extend(names)
+        call_columns[3].extend(repeat(rank, len(dump.entries)))
+        call_columns[4].extend(tracebacks[e.stack_id] if e.stack_id >= 0 else -1 for e in dump.entries)
+        call_columns[5].extend(e.op for e in dump.entries)
+        call_columns[6].extend(shared.shape_list(e.input_sizes) for e in dump.entries)
+    call_columns[0] = range(len(call_columns[1]))
+    ncclcalls = Table(NCCLCall, call_columns)
+
+    findings = Table.from_rows(DbFinding, (
         DbFinding(i, f.kind, ids[f.group.key], f.group.desc, f.collective_seq_id, f.p2p_seq_id, f.op,
                   list(f.ranks), list(f.expected_ranks), f.detail, f.root_cause)
         for i, f in enumerate(analysis.findings)
-    ]
-    return Database(groups, memberships, tracebacks, collectives, calls, findings)
+    ))
+    return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
+
+
+def _groups_by_rank(analysis: Analysis) -> dict[tuple[int, str], Group]:
+    return {(rank, g.name): g for g in analysis.groups for rank in g.ranks}
 
 
 def write_database(db: Database, handle: IO[bytes]) -> None:

@@ -38,6 +38,7 @@ class Options:
     ft_group_world_size: int | None = None
     strict: bool = False
     progress: bool = False
+    jobs: int = 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--group-world-size", "--group_world_size", dest="group_world_size", type=int, metavar="N",
                         help="ranks per torchft replica group (needed by --transform-ft)")
     parser.add_argument("--strict", action="store_true", help="exit 2 when any file was skipped (for CI)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="read dump files in N processes (default: the number of cores)")
     parser.add_argument("--version", action="version", version=f"frtrace {__version__}")
     return parser
 
@@ -95,6 +98,8 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         raise UsageError(f"--group-world-size must be a positive number of ranks, not {args.group_world_size}")
     if args.output and args.json_path and args.output == args.json_path and args.output != "-":
         raise UsageError(f"-o and --json both name {args.output}; give them different files")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     if args.output == "-":
         raise UsageError("-o writes a binary pickle; give a file name, not '-'")
     return Options(
@@ -112,6 +117,7 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         ft_group_world_size=args.group_world_size if args.transform_ft else None,
         strict=args.strict,
         progress=stderr_is_tty,
+        jobs=args.jobs,
     )
 
 
@@ -125,7 +131,7 @@ def run(options: Options) -> int:
     if not discovery.files:
         hint = f" starting with {options.prefix!r}" if options.prefix else ""
         raise UsageError(f"{options.trace_dir}: no dump files{hint} (names ending in a rank number); check the directory and --prefix")
-    loaded = load_dumps(discovery, progress=options.progress and len(discovery.files) > 8)
+    loaded = load_dumps(discovery, progress=options.progress and len(discovery.files) > 8, workers=options.jobs)
     for item in loaded.skipped:
         print(f"frtrace: skipped {item.path}: {item.reason}", file=sys.stderr)
     if not loaded.dumps:

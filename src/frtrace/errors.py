@@ -28,6 +28,9 @@ class DumpError(FrtraceError):
         self.path = path
         self.reason = reason
 
+    def __reduce__(self):  # crosses process boundaries from loader workers
+        return (type(self), (self.path, self.reason))
+
 
 class OutputError(FrtraceError):
     """An output file cannot be written."""

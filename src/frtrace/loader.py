@@ -16,11 +16,14 @@ import re
 import stat
 import sys
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter, methodcaller
 from typing import Any
 
 from .discover import Discovery, DumpFile
 from .errors import DumpError, display_path
-from .types import Dump, Entry, Frame, GroupConfig, LoadResult, SkippedFile
+from .types import ENTRY_FIELDS, Dump, Entry, Frame, GroupConfig, LoadResult, SkippedFile
 
 _P2P_PREFIXES = ("send", "recv")
 _DTYPE_NAMES = {
@@ -213,7 +216,6 @@ class _Normalizer:
 
         state = self.text(raw, "state", where, "scheduled")
         duration = raw.get("duration_ms")
-        retired = raw.get("retired")
         return Entry(
             rank=self.rank,
             index=index,
@@ -222,7 +224,6 @@ class _Normalizer:
             pg_desc=pg_desc,
             collective_seq_id=collective_seq_id,
             p2p_seq_id=p2p_seq_id,
-            op_id=self.integer(raw, "op_id", where, None),
             op=op,
             backend=backend,
             input_sizes=self.shapes_of(raw, "input_sizes", where),
@@ -235,8 +236,6 @@ class _Normalizer:
             time_started_ns=self.optional_time(raw, "time_discovered_started_ns", where),
             time_completed_ns=self.optional_time(raw, "time_discovered_completed_ns", where),
             duration_ms=float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
-            retired=retired if isinstance(retired, bool) else None,
-            timeout_ms=self.integer(raw, "timeout_ms", where, None),
             stack_id=self.stack_id(raw),
         )
 
@@ -282,6 +281,26 @@ def _shown(value: Any) -> str:
 
 def normalize(raw: Any, rank: int, path: str, file_format: str) -> Dump:
     """Typed Dump from the raw object of one file; DumpError when its shape is not a dump's."""
+    return _build_dump(compact(raw, rank, path, file_format))
+
+
+@dataclass(frozen=True, slots=True)
+class CompactDump:
+    """One dump reduced to what the analysis needs, by column: cheap to send between processes."""
+
+    rank: int
+    path: str
+    file_format: str
+    version: tuple[int, int]
+    columns: tuple[tuple, ...]  # one per Entry field after rank and index
+    count: int
+    group_configs: tuple[GroupConfig, ...]
+    stacks: tuple[tuple[Frame, ...], ...]
+    notes: tuple[str, ...]
+
+
+def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
+    """The compact form of one raw dump: the fast path, or the careful one where it must."""
     normalizer = _Normalizer(rank, path)
     if isinstance(raw, list):  # before version 1.0: a bare list of entries
         version, raw_entries, raw_configs = (0, 0), raw, None
@@ -300,21 +319,142 @@ def normalize(raw: Any, rank: int, path: str, file_format: str) -> Dump:
     else:
         raise DumpError(path, f"holds {type(raw).__name__} {_shown(raw)}, not a Flight Recorder dump; leave it out")
 
+    fast = _fast_columns(raw_entries, normalizer)
+    if fast is not None:
+        columns, stacks = fast
+    else:
+        try:
+            entries = [normalizer.entry(e, i) for i, e in enumerate(raw_entries)]
+        except _BadEntry as exc:
+            raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
+        columns = tuple(zip(*entries))[2:] if entries else ((),) * (len(ENTRY_FIELDS) - 2)
+        stacks = tuple(stack for stack, _ in sorted(normalizer.stacks.items(), key=lambda item: item[1]))
+    return CompactDump(rank, path, file_format, version, columns, len(raw_entries),
+                       normalizer.group_configs(raw_configs), stacks, tuple(normalizer.notes))
+
+
+def _build_dump(part: CompactDump) -> Dump:
+    """Entries from columns: one C-level map over the columns."""
+    entries = tuple(map(Entry, repeat(part.rank, part.count), range(part.count), *part.columns))
+    return Dump(part.rank, part.path, part.file_format, part.version, entries, part.group_configs, part.stacks, part.notes)
+
+
+# The fast path. Entries of one dump repeat the same few groups, ops, shapes and dtypes, so every
+# field of every entry is fetched at C speed (itemgetter over the list), and validation and
+# interning run once per distinct value, not once per entry. Any irregularity (a missing key, an
+# odd type, an old format) returns None, and the careful path reads the dump field by field.
+_FAST_KEYS = ("record_id", "process_group", "collective_seq_id", "p2p_seq_id", "profiling_name",
+              "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "state", "is_p2p")
+_FAST_OPTIONAL = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "frames")
+_fetch = itemgetter(*_FAST_KEYS)
+_INT = {int}
+_OPTIONAL_INT = {int, type(None)}
+_NUMBER = {int, float, type(None)}
+_frame_fields = itemgetter("name", "filename", "line")
+
+
+def _shape_key(shapes: Any) -> tuple:
+    return tuple(map(tuple, shapes))
+
+
+def _fast_columns(raw_entries: list, normalizer: "_Normalizer"):
+    if not raw_entries:
+        return ((),) * (len(ENTRY_FIELDS) - 2), ()
     try:
-        entries = tuple(normalizer.entry(e, i) for i, e in enumerate(raw_entries))
-    except _BadEntry as exc:
-        raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
-    stacks = tuple(stack for stack, _ in sorted(normalizer.stacks.items(), key=lambda item: item[1]))
-    return Dump(
-        rank=rank,
-        path=path,
-        file_format=file_format,
-        version=version,
-        entries=entries,
-        group_configs=normalizer.group_configs(raw_configs),
-        stacks=stacks,
-        notes=tuple(normalizer.notes),
+        rows = list(map(_fetch, raw_entries))
+        optional = [list(map(methodcaller("get", key), raw_entries)) for key in _FAST_OPTIONAL]
+    except (KeyError, TypeError, AttributeError):
+        return None
+    (record_ids, groups, coll_seqs, p2p_seqs, names, sizes_in, sizes_out,
+     dtypes_in, dtypes_out, states, p2p_flags) = zip(*rows)
+    created, started, completed, durations, frames = optional
+
+    if not (set(map(type, coll_seqs)) <= _INT and set(map(type, p2p_seqs)) <= _INT
+            and set(map(type, record_ids)) <= _OPTIONAL_INT and set(map(type, p2p_flags)) <= {bool}
+            and set(map(type, created)) <= _OPTIONAL_INT and set(map(type, started)) <= _OPTIONAL_INT
+            and set(map(type, completed)) <= _OPTIONAL_INT and set(map(type, durations)) <= _NUMBER
+            and set(map(type, names)) <= {str} and set(map(type, states)) <= {str}):
+        return None
+    try:
+        groups = list(map(tuple, groups))
+        shapes_in = list(map(_shape_key, sizes_in))
+        shapes_out = list(map(_shape_key, sizes_out))
+        types_in = list(map(tuple, dtypes_in))
+        types_out = list(map(tuple, dtypes_out))
+        distinct_shapes = set(shapes_in) | set(shapes_out)
+        distinct_types = set(types_in) | set(types_out)
+        distinct_groups = set(groups)
+    except TypeError:  # something unhashable or not a sequence
+        return None
+    if not all(type(d) is int for shape_list in distinct_shapes for shape in shape_list for d in shape):
+        return None
+    if not all(type(d) is str for dtype_list in distinct_types for d in dtype_list):
+        return None
+    if not all(len(g) == 2 and type(g[0]) is str and type(g[1]) is str for g in distinct_groups):
+        return None
+    if any(isinstance(s, str) for s in sizes_in + sizes_out):  # a string is a sequence too
+        return None
+
+    shape_of = {s: s for s in distinct_shapes}
+    dtype_of = {t: tuple(sys.intern(_DTYPE_NAMES.get(d.lower(), d)) for d in t) for t in distinct_types}
+    group_of = {g: (sys.intern(g[0]), sys.intern(g[1])) for g in distinct_groups}
+    name_of = {}
+    for name in set(names):
+        backend, sep, op = name.partition(":")
+        name_of[name] = (sys.intern(backend), sys.intern(op.strip())) if sep else ("", sys.intern(name.strip()))
+    stack_ids = _fast_stacks(frames, normalizer)
+    if stack_ids is None:
+        return None
+
+    pg = list(map(group_of.__getitem__, groups))
+    op = list(map(name_of.__getitem__, names))
+    columns = (
+        record_ids,
+        tuple(g[0] for g in pg),
+        tuple(g[1] for g in pg),
+        coll_seqs,
+        p2p_seqs,
+        tuple(o[1] for o in op),
+        tuple(o[0] for o in op),
+        tuple(map(shape_of.__getitem__, shapes_in)),
+        tuple(map(shape_of.__getitem__, shapes_out)),
+        tuple(map(dtype_of.__getitem__, types_in)),
+        tuple(map(dtype_of.__getitem__, types_out)),
+        tuple(map(sys.intern, states)),
+        p2p_flags,
+        tuple(v or None for v in created),
+        tuple(v or None for v in started),  # JSON writes 0 for unset
+        tuple(v or None for v in completed),
+        tuple(None if v is None else float(v) for v in durations),
+        stack_ids,
     )
+    stacks = tuple(stack for stack, _ in sorted(normalizer.stacks.items(), key=lambda item: item[1]))
+    return columns, stacks
+
+
+def _fast_stacks(frames: list, normalizer: "_Normalizer") -> tuple | None:
+    by_object: dict[int, int] = {}  # pickles share one frames list between entries: key on it
+    by_fields: dict[tuple, int] = {}
+    ids = []
+    for frame_list in frames:
+        if not frame_list:
+            ids.append(-1)
+            continue
+        known = by_object.get(id(frame_list))
+        if known is None:
+            if type(frame_list) is not list:
+                return None
+            try:
+                fields = tuple(map(_frame_fields, frame_list))
+            except (KeyError, TypeError):
+                return None
+            known = by_fields.get(fields)
+            if known is None:
+                stack = tuple(Frame(str(n), str(f), ln if type(ln) is int else 0) for n, f, ln in fields)
+                known = by_fields[fields] = normalizer.stacks.setdefault(stack, len(normalizer.stacks))
+            by_object[id(frame_list)] = known
+        ids.append(known)
+    return tuple(ids)
 
 
 def read_dump(path: str, rank: int) -> Dump:
@@ -323,38 +463,83 @@ def read_dump(path: str, rank: int) -> Dump:
     return normalize(raw, rank, path, file_format)
 
 
-def _progress(items: list, enabled: bool) -> Iterable:
-    if not enabled:
-        return items
-    from tqdm import tqdm
+def _load_one(job: tuple[str, int]) -> CompactDump | DumpError:
+    """Read one file into its compact form; runs in a worker process. Errors come back as values."""
+    path, rank = job
+    try:
+        raw, file_format = read_raw(path)
+        return compact(raw, rank, path, file_format)
+    except DumpError as exc:
+        return exc
+    except Exception as exc:  # a bug of ours must cost one rank, not the analysis
+        return DumpError(path, f"could not be read ({type(exc).__name__}: {_short(exc)}); please report this")
 
-    return tqdm(items, desc="loading dumps", unit="file", file=sys.stderr, leave=False)
+
+def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[CompactDump | DumpError]:
+    """Results in job order; in worker processes when there is enough to share."""
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs), desc="loading dumps", unit="file", file=sys.stderr, leave=False)
+    try:
+        if workers <= 1 or len(jobs) < 4:
+            for job in jobs:
+                yield _load_one(job)
+                if bar is not None:
+                    bar.update()
+            return
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)))
+        try:
+            for result in pool.map(_load_one, jobs, chunksize=max(1, min(16, len(jobs) // (workers * 8)))):
+                yield result
+                if bar is not None:
+                    bar.update()
+        except BaseException:  # Ctrl-C, or the caller stopped early: do not wait for the rest
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+    finally:
+        if bar is not None:
+            bar.close()
 
 
-def load_dumps(discovery: Discovery, *, progress: bool = False) -> LoadResult:
+def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1) -> LoadResult:
     """Read every rank's dump; a file that cannot be used is skipped with its reason.
 
-    When a rank has several files (pickle and JSON, or two prefixes) the first readable one in
-    discovery order is used and the others are reported as skipped.
+    `workers` > 1 reads files in that many processes, each sending back a compact form. When a
+    rank has several files (pickle and JSON, or two prefixes) the first readable one in discovery
+    order is used and the others are noted (same name, other format) or reported as skipped.
     """
-    dumps: dict[int, Dump] = {}
-    used_files: dict[int, DumpFile] = {}
+    choices: dict[int, list[DumpFile]] = {}
+    for dump_file in discovery.files:
+        choices.setdefault(dump_file.rank, []).append(dump_file)
     skipped: list[SkippedFile] = list(discovery.skipped)
     notes: list[str] = [f"{path}: ignored, the name does not end in a rank number" for path in discovery.ignored]
-    for dump_file in _progress(list(discovery.files), progress):
-        used = used_files.get(dump_file.rank)
-        if used is not None:
-            if used.prefix == dump_file.prefix:  # the same dump in the other format
-                notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used.path)}; not read")
+    dumps: dict[int, Dump] = {}
+    used: dict[int, DumpFile] = {}
+
+    def take(rank: int, dump_file: DumpFile, result: CompactDump | DumpError) -> None:
+        if isinstance(result, DumpError):
+            skipped.append(SkippedFile(display_path(result.path), result.reason))
+        else:
+            dumps[rank] = _build_dump(result)
+            used[rank] = dump_file
+
+    firsts = [files[0] for files in choices.values()]
+    for dump_file, result in zip(firsts, _load_all([(f.path, f.rank) for f in firsts], workers, progress)):
+        take(dump_file.rank, dump_file, result)
+    for rank, files in choices.items():
+        for dump_file in files[1:]:
+            if rank not in used:  # the first choice failed: fall back to the next file
+                take(rank, dump_file, _load_one((dump_file.path, rank)))
+            elif used[rank].prefix == dump_file.prefix:  # the same dump in the other format
+                notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used[rank].path)}; not read")
             else:
                 skipped.append(SkippedFile(display_path(dump_file.path),
-                                           f"a second dump for rank {dump_file.rank}, which was read from {display_path(used.path)}; "
+                                           f"a second dump for rank {rank}, which was read from {display_path(used[rank].path)}; "
                                            "pass --prefix to choose between them"))
-            continue
-        try:
-            dumps[dump_file.rank] = read_dump(dump_file.path, dump_file.rank)
-            used_files[dump_file.rank] = dump_file
-        except DumpError as exc:
-            skipped.append(SkippedFile(display_path(exc.path), exc.reason))
-    ranks_named = frozenset(f.rank for f in discovery.files)
+    ranks_named = frozenset(choices)
     return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes))

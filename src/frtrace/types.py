@@ -5,6 +5,7 @@ Raw dicts from the dump files are converted once, in the loader; after it nothin
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -18,9 +19,11 @@ class Frame:
     line: int
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One Flight Recorder record, normalized across format versions."""
+class Entry(NamedTuple):
+    """One Flight Recorder record, normalized across format versions.
+
+    A NamedTuple rather than a dataclass: millions of these are built from columns at C speed.
+    """
 
     rank: int
     index: int  # position in the rank's buffer, oldest first
@@ -29,7 +32,6 @@ class Entry:
     pg_desc: str
     collective_seq_id: int
     p2p_seq_id: int
-    op_id: int | None
     op: str  # without the backend prefix: "all_reduce", "send 0->1", "coalesced"
     backend: str  # "nccl", "gloo", ... or "" when the name had no prefix
     input_sizes: tuple[Shape, ...]
@@ -42,13 +44,14 @@ class Entry:
     time_started_ns: int | None = None
     time_completed_ns: int | None = None
     duration_ms: float | None = None
-    retired: bool | None = None
-    timeout_ms: int | None = None
     stack_id: int = -1  # index into Dump.stacks, -1 when the dump has no frames
 
     @property
     def completed(self) -> bool:
         return self.state == "completed"
+
+
+ENTRY_FIELDS = Entry._fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,10 +245,53 @@ class DbFinding(NamedTuple):
     root_cause: bool
 
 
+class Table(Sequence):
+    """One database table: a read-only sequence of `row_type` NamedTuples, stored by column.
+
+    Millions of rows cost a few lists, not millions of objects; a row is built when it is read.
+    """
+
+    __slots__ = ("row_type", "columns")
+
+    def __init__(self, row_type: type, columns: Iterable[Sequence]) -> None:
+        self.row_type = row_type
+        self.columns = tuple(columns)
+        if len(self.columns) != len(row_type._fields):
+            raise ValueError(f"{row_type.__name__} has {len(row_type._fields)} fields, got {len(self.columns)} columns")
+
+    @classmethod
+    def from_rows(cls, row_type: type, rows: Iterable[tuple]) -> "Table":
+        columns = [list(c) for c in zip(*rows)]
+        return cls(row_type, columns or [[] for _ in row_type._fields])
+
+    def column(self, name: str) -> Sequence:
+        return self.columns[self.row_type._fields.index(name)]
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.row_type._make(column[index] for column in self.columns)
+
+    def __iter__(self):
+        return map(self.row_type, *self.columns)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Table) and self.row_type is other.row_type and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"<Table of {len(self)} {self.row_type.__name__} rows>"
+
+    def __reduce__(self):
+        return (Table, (self.row_type, self.columns))
+
+
 class Database(NamedTuple):
-    groups: list
-    memberships: list
-    tracebacks: list
-    collectives: list
-    ncclcalls: list
-    findings: list
+    groups: Table
+    memberships: Table
+    tracebacks: Table
+    collectives: Table
+    ncclcalls: Table
+    findings: Table
