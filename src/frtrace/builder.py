@@ -10,6 +10,7 @@ from __future__ import annotations
 import pickle
 from collections import Counter
 from itertools import repeat
+from operator import attrgetter
 from typing import IO
 
 from . import rules
@@ -85,13 +86,18 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
         if not check.entries:
             continue
         group_id = ids[check.group.key]
-        signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes) for e in unit) for r, unit in check.entries.items()}
-        reference = Counter(signature_of.values()).most_common(1)[0][0]
-        reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
+        if check.mismatch is None:  # every issuer agreed: any of them is the reference
+            reference_rank = next(iter(check.entries))
+            mismatched = None
+        else:
+            signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes) for e in unit)
+                            for r, unit in check.entries.items()}
+            reference = Counter(signature_of.values()).most_common(1)[0][0]
+            reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
+            mismatched = {r: "+".join(e.op for e in check.entries[r]) for r, sig in signature_of.items() if sig != reference}
         unit = check.entries[reference_rank]
         head = unit[0]
         states = {u[-1].state for u in check.entries.values()}
-        mismatched = {r: "+".join(e.op for e in check.entries[r]) for r, sig in signature_of.items() if sig != reference}
         expected = rank_sets.get(check.group.key)
         if expected is None:
             expected = rank_sets[check.group.key] = frozenset(check.group.ranks)
@@ -122,17 +128,23 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
     call_columns: list[list] = [[] for _ in NCCLCall._fields]
     group_id_of = {(rank, name): ids[g.key] for (rank, name), g in _groups_by_rank(analysis).items()}
     for rank, dump in dumps.items():
-        if not dump.entries:
+        entries = dump.entries
+        if not entries:
             continue
-        names = [group_id_of.get((rank, e.pg_name), e.pg_name) for e in dump.entries]
-        seqs = [None if e.is_p2p else e.collective_seq_id for e in dump.entries]
-        tracebacks = traceback_of[rank]
+        name_of = {name: group_id_of.get((rank, name), name) for name in set(map(_pg_name, entries))}
+        names = list(map(name_of.__getitem__, map(_pg_name, entries)))
+        seqs = map(_collective_seq, entries)  # p2p entries find no collective: -1
+        traceback_id = dict(enumerate(traceback_of[rank]))
+        traceback_id[-1] = -1
+        sizes = list(map(_input_sizes, entries))
+        for shapes in set(sizes):
+            shared.shape_list(shapes)
         call_columns[1].extend(map(collective_of.get, zip(names, seqs), repeat(-1)))
         call_columns[2].extend(names)
-        call_columns[3].extend(repeat(rank, len(dump.entries)))
-        call_columns[4].extend(tracebacks[e.stack_id] if e.stack_id >= 0 else -1 for e in dump.entries)
-        call_columns[5].extend(e.op for e in dump.entries)
-        call_columns[6].extend(shared.shape_list(e.input_sizes) for e in dump.entries)
+        call_columns[3].extend(repeat(rank, len(entries)))
+        call_columns[4].extend(map(traceback_id.__getitem__, map(_stack_id, entries)))
+        call_columns[5].extend(map(_op, entries))
+        call_columns[6].extend(map(shared.shapes.__getitem__, sizes))
     call_columns[0] = range(len(call_columns[1]))
     ncclcalls = Table(NCCLCall, call_columns)
 
@@ -142,6 +154,16 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
         for i, f in enumerate(analysis.findings)
     ))
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
+
+
+_pg_name = attrgetter("pg_name")
+_op = attrgetter("op")
+_stack_id = attrgetter("stack_id")
+_input_sizes = attrgetter("input_sizes")
+
+
+def _collective_seq(entry) -> int | None:
+    return None if entry.is_p2p else entry.collective_seq_id
 
 
 def _groups_by_rank(analysis: Analysis) -> dict[tuple[int, str], Group]:

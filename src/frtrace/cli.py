@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -160,6 +161,10 @@ def run(options: Options) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the frtrace command; returns the exit code."""
+    # The records are millions of small tuples with no reference cycles: the cyclic garbage
+    # collector would only rescan them again and again (it tripled the load time at 256 ranks).
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         options = parse_options(argv, stderr_is_tty=sys.stderr.isatty())
         return run(options)
@@ -175,3 +180,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader of our stdout went away (| head): nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_CLEAN
+    finally:
+        if collecting:
+            gc.enable()

@@ -14,6 +14,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import rules
 from .groups import GroupTable
@@ -24,8 +25,7 @@ _TRACKING_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "xccl", "hccl", "mccl"}
 
 
 # ------------------------------------------------------------------------------ per-rank views
-@dataclass(frozen=True, slots=True)
-class Unit:
+class Unit(NamedTuple):
     """One collective as one rank issued it: a single entry, or a coalesced group's entries."""
 
     seq: int
@@ -49,7 +49,15 @@ class Unit:
 
     @property
     def signature(self) -> tuple:
-        return tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes) for e in self.entries)
+        return _signature(self)
+
+
+def _signature(unit: Unit) -> tuple:
+    """What ranks must agree on, as one hashable value (a single entry, the common case, is fast)."""
+    if len(unit.entries) == 1:
+        e = unit.entries[0]
+        return (e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes)
+    return tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes) for e in unit.entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +118,15 @@ def _tracks_completion(dump: Dump) -> bool:
 def _build_tracks(dump: Dump, table: GroupTable) -> tuple[dict[tuple, _Track], list[str]]:
     """Split one rank's entries by group into units (coalesced groups joined) and p2p ops."""
     notes: list[str] = []
-    pending: dict[tuple, dict[int, list[Entry]]] = defaultdict(dict)
+    group_of = {name: table.group_of(dump.rank, name) for name in {e.pg_name for e in dump.entries}}
+    pending: dict[tuple, dict[int, list[Entry]]] = {}
     p2p: dict[tuple, list[tuple[Entry, str, int, int]]] = defaultdict(list)
     batch_state: dict[tuple, dict[int, str]] = defaultdict(dict)
     last_coll: dict[tuple, int] = {}
     prev_was_p2p: dict[tuple, bool] = {}
+    terminators = rules.COALESCED_TERMINATORS
     for entry in dump.entries:
-        group = table.group_of(dump.rank, entry.pg_name)
+        group = group_of[entry.pg_name]
         if group is None:
             continue
         key = group.key
@@ -133,13 +143,21 @@ def _build_tracks(dump: Dump, table: GroupTable) -> tuple[dict[tuple, _Track], l
                 p2p[key].append((entry, kind, src, dst))
             prev_was_p2p[key] = True
             continue
-        if entry.op in rules.COALESCED_TERMINATORS and prev_was_p2p.get(key) and entry.collective_seq_id == last_coll.get(key, entry.collective_seq_id):
+        seq = entry.collective_seq_id
+        if entry.op in terminators and prev_was_p2p.get(key) and seq == last_coll.get(key, seq):
             # ends a batch of p2p ops: its collective seq id was not bumped
             batch_state[key][entry.p2p_seq_id] = entry.state
             prev_was_p2p[key] = False
             continue
-        pending[key].setdefault(entry.collective_seq_id, []).append(entry)
-        last_coll[key] = entry.collective_seq_id
+        by_seq = pending.get(key)
+        if by_seq is None:
+            by_seq = pending[key] = {}
+        unit = by_seq.get(seq)
+        if unit is None:
+            by_seq[seq] = [entry]
+        else:
+            unit.append(entry)
+        last_coll[key] = seq
         prev_was_p2p[key] = False
 
     tracks: dict[tuple, _Track] = defaultdict(_Track)
@@ -176,6 +194,7 @@ class _GroupView:
         self.group = group
         self.tracks = tracks
         self.size = len(group.ranks)
+        self._by_seq: dict[int, dict[int, Unit]] | None = None
         self.known_last: dict[int, int] = {}  # members whose status past their last op is known
         self.unknown: set[int] = set()
         for rank in group.ranks:
@@ -196,13 +215,28 @@ class _GroupView:
                 self.cut[rank] = track.first_seq
 
     def issuers(self, seq: int) -> dict[int, Unit]:
-        return {r: t.units[seq] for r, t in self.tracks.items() if seq in t.units}
+        return self.by_seq.get(seq, {})
+
+    @property
+    def by_seq(self) -> dict[int, dict[int, Unit]]:
+        """seq -> {rank: unit}, built on first use from every member's track."""
+        if self._by_seq is None:
+            index: dict[int, dict[int, Unit]] = {}
+            for rank, track in self.tracks.items():
+                for seq, unit in track.units.items():
+                    found = index.get(seq)
+                    if found is None:
+                        index[seq] = {rank: unit}
+                    else:
+                        found[rank] = unit
+            self._by_seq = index
+        return self._by_seq
 
     def not_issued(self, seq: int) -> tuple[int, ...]:
         return tuple(sorted(r for r, last in self.known_last.items() if last < seq))
 
     def seqs(self) -> list[int]:
-        return sorted({s for t in self.tracks.values() for s in t.units})
+        return sorted(self.by_seq)
 
 
 class _Checker:
@@ -216,7 +250,7 @@ class _Checker:
         units = {r: u for r, u in units.items() if self.view.cut.get(r) != seq}
         if len(units) < 2 and not any(self._own_problems(u) for u in units.values()):
             return None
-        if len({u.signature for u in units.values()}) == 1:
+        if len(set(map(_signature, units.values()))) == 1:
             unit = next(iter(units.values()))
             problem = self._own_problems(unit)
             if problem is None:
@@ -423,7 +457,7 @@ def _blocker(dump: Dump, tracks: dict[tuple, _Track], table: GroupTable, trackin
             return None
         track = tracks.get(group.key)
         if entry.is_p2p:
-            op = next((o for o in (track.p2p if track else []) if o.entry is entry), None)
+            op = next((o for o in (track.p2p if track else []) if o.entry.index == entry.index), None)
             return _Blocker(dump.rank, group, None, entry, op) if op else None
         unit = track.units.get(entry.collective_seq_id) if track else None
         if unit is None:  # a p2p batch terminator
@@ -439,7 +473,9 @@ def _blocker(dump: Dump, tracks: dict[tuple, _Track], table: GroupTable, trackin
                 return blocker
         return None
     for entry in dump.entries:
-        blocker = as_blocker(entry)
+        if entry.state == "completed":
+            continue
+        blocker = as_blocker(entry)  # a scheduled op inside a completed coalesced group is done
         if blocker is None:
             continue
         state = blocker.p2p.state if blocker.p2p else blocker.entry.state
