@@ -14,7 +14,6 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from . import rules
 from .groups import GroupTable
@@ -25,39 +24,33 @@ _TRACKING_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "xccl", "hccl", "mccl"}
 
 
 # ------------------------------------------------------------------------------ per-rank views
-class Unit(NamedTuple):
-    """One collective as one rank issued it: a single entry, or a coalesced group's entries."""
-
-    seq: int
-    entries: tuple[Entry, ...]
-
-    @property
-    def state(self) -> str:
-        return self.entries[-1].state  # a coalesced group's terminator carries its real state
-
-    @property
-    def ops(self) -> tuple[str, ...]:
-        return tuple(e.op for e in self.entries)
-
-    @property
-    def label(self) -> str:
-        ops = [e.op for e in self.entries if e.op not in rules.COALESCED_TERMINATORS]
-        if len(self.entries) == 1 or not ops:
-            return self.entries[-1].op or "unnamed op"
-        counts = Counter(ops)
-        return "coalesced(" + ", ".join(f"{op} x{n}" if n > 1 else op for op, n in counts.items()) + ")"
-
-    @property
-    def signature(self) -> tuple:
-        return _signature(self)
+# A unit is one collective as one rank issued it: a tuple of its entries, one entry or a coalesced
+# group's entries ending in the terminator, which carries the group's real state.
+UnitEntries = tuple  # tuple[Entry, ...]
 
 
-def _signature(unit: Unit) -> tuple:
+def unit_state(unit: UnitEntries) -> str:
+    return unit[-1].state
+
+
+def unit_ops(unit: UnitEntries) -> tuple[str, ...]:
+    return tuple(e.op for e in unit)
+
+
+def unit_label(unit: UnitEntries) -> str:
+    ops = [e.op for e in unit if e.op not in rules.COALESCED_TERMINATORS]
+    if len(unit) == 1 or not ops:
+        return unit[-1].op or "unnamed op"
+    counts = Counter(ops)
+    return "coalesced(" + ", ".join(f"{op} x{n}" if n > 1 else op for op, n in counts.items()) + ")"
+
+
+def _signature(unit: UnitEntries) -> tuple:
     """What ranks must agree on, as one hashable value (a single entry, the common case, is fast)."""
-    if len(unit.entries) == 1:
-        e = unit.entries[0]
+    if len(unit) == 1:
+        e = unit[0]
         return (e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes)
-    return tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes) for e in unit.entries)
+    return tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes) for e in unit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,18 +68,12 @@ class P2POp:
 
 @dataclass(slots=True)
 class _Track:
-    """One rank's ops in one group, in buffer order."""
+    """One rank's ops in one group, in buffer order. `units` is emptied once the group indexed it."""
 
-    units: dict[int, Unit] = field(default_factory=dict)
+    units: dict[int, UnitEntries] = field(default_factory=dict)
     p2p: list[P2POp] = field(default_factory=list)
-
-    @property
-    def last_seq(self) -> int:
-        return max(self.units) if self.units else 0
-
-    @property
-    def first_seq(self) -> int | None:
-        return next(iter(self.units)) if self.units else None
+    first_seq: int | None = None
+    last_seq: int = 0
 
 
 _KNOWN_BACKENDS = _TRACKING_BACKENDS | {"gloo", "c10d", ""}
@@ -162,7 +149,10 @@ def _build_tracks(dump: Dump, table: GroupTable) -> tuple[dict[tuple, _Track], l
 
     tracks: dict[tuple, _Track] = defaultdict(_Track)
     for key, by_seq in pending.items():
-        tracks[key].units = {seq: Unit(seq, tuple(entries)) for seq, entries in by_seq.items()}
+        track = tracks[key]
+        track.units = {seq: tuple(entries) for seq, entries in by_seq.items()}
+        track.first_seq = next(iter(by_seq))
+        track.last_seq = max(by_seq)
     for key, ops in p2p.items():
         states = batch_state.get(key, {})
         tracks[key].p2p = [P2POp(e, kind, src, dst, states.get(e.p2p_seq_id, e.state)) for e, kind, src, dst in ops]
@@ -194,7 +184,6 @@ class _GroupView:
         self.group = group
         self.tracks = tracks
         self.size = len(group.ranks)
-        self._by_seq: dict[int, dict[int, Unit]] | None = None
         self.known_last: dict[int, int] = {}  # members whose status past their last op is known
         self.unknown: set[int] = set()
         for rank in group.ranks:
@@ -202,35 +191,29 @@ class _GroupView:
             track = tracks.get(rank)
             if dump is None:
                 self.unknown.add(rank)
-            elif track is not None and track.units:
+            elif track is not None and track.first_seq is not None:
                 self.known_last[rank] = track.last_seq
             elif not dump.wrapped:
                 self.known_last[rank] = 0
             else:
                 self.unknown.add(rank)
         self.cut: dict[int, int] = {}  # a wrapped buffer's first unit may be a cut coalesced group
+        # seq -> {rank: unit}: the one copy of the units, shared with the CollectiveChecks
+        self.by_seq: dict[int, dict[int, UnitEntries]] = {}
         for rank, track in tracks.items():
             dump = dumps.get(rank)
             if dump is not None and dump.wrapped and track.first_seq is not None:
                 self.cut[rank] = track.first_seq
+            for seq, unit in track.units.items():
+                found = self.by_seq.get(seq)
+                if found is None:
+                    self.by_seq[seq] = {rank: unit}
+                else:
+                    found[rank] = unit
+            track.units = {}
 
-    def issuers(self, seq: int) -> dict[int, Unit]:
+    def issuers(self, seq: int) -> dict[int, UnitEntries]:
         return self.by_seq.get(seq, {})
-
-    @property
-    def by_seq(self) -> dict[int, dict[int, Unit]]:
-        """seq -> {rank: unit}, built on first use from every member's track."""
-        if self._by_seq is None:
-            index: dict[int, dict[int, Unit]] = {}
-            for rank, track in self.tracks.items():
-                for seq, unit in track.units.items():
-                    found = index.get(seq)
-                    if found is None:
-                        index[seq] = {rank: unit}
-                    else:
-                        found[rank] = unit
-            self._by_seq = index
-        return self._by_seq
 
     def not_issued(self, seq: int) -> tuple[int, ...]:
         return tuple(sorted(r for r, last in self.known_last.items() if last < seq))
@@ -246,7 +229,7 @@ class _Checker:
         self.view = view
         self.siblings = siblings
 
-    def check(self, seq: int, units: dict[int, Unit]) -> _Verdict | None:
+    def check(self, seq: int, units: dict[int, UnitEntries]) -> _Verdict | None:
         units = {r: u for r, u in units.items() if self.view.cut.get(r) != seq}
         if len(units) < 2 and not any(self._own_problems(u) for u in units.values()):
             return None
@@ -257,39 +240,39 @@ class _Checker:
                 return self._all_to_all(seq, units)
             return _Verdict("size_mismatch", tuple(sorted(units)), f"every rank {problem}", True)
 
-        ops = {r: u.ops for r, u in units.items()}
+        ops = {r: unit_ops(u) for r, u in units.items()}
         if len(set(ops.values())) > 1:
-            return self._vote("type_mismatch", seq, ops, lambda u: u.ops, _describe_ops)
+            return self._vote("type_mismatch", seq, ops, unit_ops, _describe_ops)
 
         own = {r: p for r, u in units.items() if (p := self._own_problems(u))}
-        sizes = {r: tuple(rules.size_key(e) for e in u.entries) for r, u in units.items()}
+        sizes = {r: _size_keys(u) for r, u in units.items()}
         if own:
             offenders = tuple(sorted(own))
             detail = "; ".join(f"rank {r} {p}" for r, p in sorted(own.items()))
             return _Verdict("size_mismatch", offenders, detail, True)
         if len(set(sizes.values())) > 1:
-            return self._vote("size_mismatch", seq, sizes, lambda u: tuple(rules.size_key(e) for e in u.entries), _describe_sizes(units))
-        dtypes = {r: tuple(rules.dtype_key(e) for e in u.entries) for r, u in units.items()}
+            return self._vote("size_mismatch", seq, sizes, _size_keys, _describe_sizes(units))
+        dtypes = {r: _dtype_keys(u) for r, u in units.items()}
         if len(set(dtypes.values())) > 1:
-            return self._vote("dtype_mismatch", seq, dtypes, lambda u: tuple(rules.dtype_key(e) for e in u.entries), _describe_dtypes(units))
+            return self._vote("dtype_mismatch", seq, dtypes, _dtype_keys, _describe_dtypes(units))
         return self._all_to_all(seq, units)
 
-    def _own_problems(self, unit: Unit) -> str | None:
-        for entry in unit.entries:
+    def _own_problems(self, unit: UnitEntries) -> str | None:
+        for entry in unit:
             problem = rules.own_size_problem(entry, self.view.size)
             if problem:
                 return problem
         return None
 
-    def _all_to_all(self, seq: int, units: dict[int, Unit]) -> _Verdict | None:
+    def _all_to_all(self, seq: int, units: dict[int, UnitEntries]) -> _Verdict | None:
         first = next(iter(units.values()))
-        if len(first.entries) != 1 or not rules.is_all_to_all(first.entries[0].op) or len(units) < self.view.size:
+        if len(first) != 1 or not rules.is_all_to_all(first[0].op) or len(units) < self.view.size:
             return None
-        total_in = sum(rules.numel(u.entries[0].input_sizes) for u in units.values())
-        total_out = sum(rules.numel(u.entries[0].output_sizes) for u in units.values())
+        total_in = sum(rules.numel(u[0].input_sizes) for u in units.values())
+        total_out = sum(rules.numel(u[0].output_sizes) for u in units.values())
         if total_in == total_out:
             return None
-        keys = {r: (rules.numel(u.entries[0].input_sizes), rules.numel(u.entries[0].output_sizes)) for r, u in units.items()}
+        keys = {r: (rules.numel(u[0].input_sizes), rules.numel(u[0].output_sizes)) for r, u in units.items()}
         return self._vote("size_mismatch", seq, keys, None, lambda k: f"sends {k[0]} / receives {k[1]} elements",
                           prefix=f"the group sends {total_in} elements but receives {total_out}; ")
 
@@ -330,21 +313,29 @@ class _Checker:
         return reference, tuple(sorted(r for r, k in keys.items() if k != reference))
 
 
+def _size_keys(unit: UnitEntries) -> tuple:
+    return tuple(rules.size_key(e) for e in unit)
+
+
+def _dtype_keys(unit: UnitEntries) -> tuple:
+    return tuple(rules.dtype_key(e) for e in unit)
+
+
 def _describe_ops(ops: Hashable) -> str:
     return "+".join(ops) if isinstance(ops, tuple) else str(ops)
 
 
-def _describe_sizes(units: dict[int, Unit]) -> Callable[[Hashable], str]:
-    shown = {tuple(rules.size_key(e) for e in u.entries): _sizes_text(u) for u in units.values()}
+def _describe_sizes(units: dict[int, UnitEntries]) -> Callable[[Hashable], str]:
+    shown = {_size_keys(u): _sizes_text(u) for u in units.values()}
     return lambda key: shown.get(key, str(key))
 
 
-def _sizes_text(unit: Unit) -> str:
-    return " | ".join(f"{list(map(list, e.input_sizes))} -> {list(map(list, e.output_sizes))}" for e in unit.entries)
+def _sizes_text(unit: UnitEntries) -> str:
+    return " | ".join(f"{list(map(list, e.input_sizes))} -> {list(map(list, e.output_sizes))}" for e in unit)
 
 
-def _describe_dtypes(units: dict[int, Unit]) -> Callable[[Hashable], str]:
-    shown = {tuple(rules.dtype_key(e) for e in u.entries): ",".join(sorted({d for e in u.entries for d in e.input_dtypes + e.output_dtypes}))
+def _describe_dtypes(units: dict[int, UnitEntries]) -> Callable[[Hashable], str]:
+    shown = {_dtype_keys(u): ",".join(sorted({d for e in u for d in e.input_dtypes + e.output_dtypes}))
              for u in units.values()}
     return lambda key: "dtype " + shown.get(key, str(key))
 
@@ -428,13 +419,12 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
             units = view.issuers(seq)
             missing = view.not_issued(seq)
             verdict = checker.check(seq, units)
-            checks.append(CollectiveCheck(group, seq, {r: u.entries for r, u in units.items()}, missing,
-                                          verdict.kind if verdict else None))
+            checks.append(CollectiveCheck(group, seq, units, missing, verdict.kind if verdict else None))
             if missing and key not in frontier:
                 frontier[key] = seq
             if verdict and first_mismatch is None:
                 first_mismatch = verdict
-                op = Counter(u.label for u in units.values()).most_common(1)[0][0]
+                op = Counter(map(unit_label, units.values())).most_common(1)[0][0]
                 findings.append(Finding(verdict.kind, group, seq, None, op, verdict.offenders if verdict.decided else (),
                                         group.ranks, verdict.detail, decided=verdict.decided))
 
@@ -442,7 +432,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     findings.extend(p2p_findings)
     notes.extend(p2p_notes)
 
-    blockers = {rank: _blocker(dumps[rank], tracks_by_rank[rank], table, tracking[rank]) for rank in dumps}
+    blockers = {rank: _blocker(dumps[rank], tracks_by_rank[rank], views, table, tracking[rank]) for rank in dumps}
     graph = _WaitGraph(views, blockers, unmatched, dumps, tracking, tracks_by_rank)
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
@@ -450,7 +440,8 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     return _conclude(dumps, table, findings, checks, graph, blockers, notes)
 
 
-def _blocker(dump: Dump, tracks: dict[tuple, _Track], table: GroupTable, tracking: bool) -> _Blocker | None:
+def _blocker(dump: Dump, tracks: dict[tuple, _Track], views: dict[tuple, _GroupView], table: GroupTable,
+             tracking: bool) -> _Blocker | None:
     def as_blocker(entry: Entry) -> _Blocker | None:
         group = table.group_of(dump.rank, entry.pg_name)
         if group is None:
@@ -459,10 +450,10 @@ def _blocker(dump: Dump, tracks: dict[tuple, _Track], table: GroupTable, trackin
         if entry.is_p2p:
             op = next((o for o in (track.p2p if track else []) if o.entry.index == entry.index), None)
             return _Blocker(dump.rank, group, None, entry, op) if op else None
-        unit = track.units.get(entry.collective_seq_id) if track else None
+        unit = views[group.key].by_seq.get(entry.collective_seq_id, {}).get(dump.rank)
         if unit is None:  # a p2p batch terminator
             return None
-        return _Blocker(dump.rank, group, entry.collective_seq_id, unit.entries[-1])
+        return _Blocker(dump.rank, group, entry.collective_seq_id, unit[-1])
 
     if not dump.entries:
         return None
@@ -690,7 +681,7 @@ class _WaitGraph:
                 continue
             # nobody is blocked here (their later ops completed, or the dumps were taken at
             # different moments): report it, but it cannot explain a hang
-            op = Counter(u.label for u in issuers.values()).most_common(1)[0][0]
+            op = Counter(map(unit_label, issuers.values())).most_common(1)[0][0]
             findings.append(Finding("missing_ranks", view.group, seq, None, op, missing, view.group.ranks,
                                     f"{_ranks_word(missing)} never issued it, though {_ranks_word(issuers)} did and nobody is waiting in it"))
         return findings
@@ -707,11 +698,11 @@ class _WaitGraph:
             seen.add(key)
             view = self.views[blocker.group.key]
             units = view.issuers(blocker.seq)
-            not_done = tuple(sorted(r for r, u in units.items() if u.state != "completed"))
+            not_done = tuple(sorted(r for r, u in units.items() if unit_state(u) != "completed"))
             findings.append(Finding(
                 "not_completed", view.group, blocker.seq, None, blocker.entry.op, not_done, view.group.ranks,
                 f"issued by all {view.size} members, not completed on {_ranks_word(not_done)} "
-                f"(state {', '.join(sorted({units[r].state for r in not_done}))})"))
+                f"(state {', '.join(sorted({unit_state(units[r]) for r in not_done}))})"))
         return findings
 
 
@@ -833,7 +824,7 @@ def _mismatch_headline(finding: Finding, checks) -> str:
     others = [r for r in check.entries if r not in offenders]
     where = f"#{finding.collective_seq_id} of {finding.group.label}"
     if finding.kind == "type_mismatch":
-        theirs = Counter(Unit(0, check.entries[r]).label for r in offenders).most_common(1)[0][0]
+        theirs = Counter(unit_label(check.entries[r]) for r in offenders).most_common(1)[0][0]
         return f"{_ranks_word(offenders)} called {theirs} as {where} where {_ranks_word(others)} called {finding.op}"
     if others and offenders:
         describe = _shown_sizes if finding.kind == "size_mismatch" else _shown_dtypes
