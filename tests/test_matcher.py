@@ -240,3 +240,11 @@ def test_unknown_ops_and_backends_are_compared_by_name_and_reported():
     assert any("'mybackend'" in w for w in result.warnings)
     dumps[1] = make_dump([entry(op="defrobnicate", backend="mybackend")])
     assert run(dumps).culprit_ranks == (1,)
+
+
+def test_culprits_in_the_same_situation_share_one_clause():
+    dumps = {r: make_dump(ops(3) + ([] if r in (1, 3, 5) else [entry(seq=4)])) for r in range(8)}
+    result = run(dumps)
+    assert result.culprit_ranks == (1, 3, 5)
+    assert result.headline == ("DESYNC: ranks 1,3,5 never joined all_reduce #4 of default_pg (5 ranks wait in it); "
+                               "ranks 1,3,5 are in no collective: their last op, all_reduce #3 of default_pg, was joined by every member")

@@ -862,17 +862,26 @@ def _missing_headline(key, ranks, graph: _WaitGraph, blockers, dumps) -> str:
                 f"{'they are' if len(ranks) > 1 else 'it is'} the prime suspect")
     else:
         text = f"{subject} never joined {blocker.describe()} ({len(waiting)} {'ranks wait' if len(waiting) != 1 else 'rank waits'} in it)"
+    # one clause per situation, so a thousand culprits in the same place read as one
+    clauses: dict[str, list[int]] = {}
     for rank in ranks:
         own = blockers.get(rank)
         if rank not in dumps:
-            text += f"; rank {rank} left no readable dump"
+            clause = "{who} left no readable dump"
         elif own is None:
-            text += f"; rank {rank} is in no collective (all its ops completed)" if graph.tracking.get(rank) else f"; rank {rank} recorded no ops"
+            clause = "{who} {is} in no collective (all its ops completed)" if graph.tracking.get(rank) else "{who} recorded no ops"
         elif rank in graph.joined_by_all:
             if graph.tracking.get(rank):
-                text += f"; rank {rank} is blocked in {own.describe()}, which every member joined"
+                clause = f"{{who}} {{is}} blocked in {own.describe()}, which every member joined"
             else:
-                text += f"; rank {rank} is in no collective: its last op, {own.describe()}, was joined by every member"
+                clause = f"{{who}} {{is}} in no collective: {{its}} last op, {own.describe()}, was joined by every member"
         else:
-            text += f"; rank {rank} is blocked in {own.describe()}"
+            clause = f"{{who}} {{is}} blocked in {own.describe()}"
+        clauses.setdefault(clause, []).append(rank)
+    shown = list(clauses.items())[:3]
+    for clause, who in shown:
+        one = len(who) == 1
+        text += "; " + clause.format(who=_ranks_word(who), its="its" if one else "their", **{"is": "is" if one else "are"})
+    if len(clauses) > len(shown):
+        text += f"; (+{len(clauses) - len(shown)} more situations, see the findings)"
     return text
