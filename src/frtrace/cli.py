@@ -17,8 +17,11 @@ from .errors import FrtraceError, UsageError
 from .groups import resolve_groups
 from .loader import load_dumps
 from .matcher import analyze
-from .output import check_writable, write_atomically
+from .output import atomic_path, check_writable, write_atomically
 from .report import render_entries, render_text, report_dict
+from .sqlite_out import write_sqlite
+from .stats import compute_stats, render_stats
+from .timeline import write_chrome_trace
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -40,6 +43,9 @@ class Options:
     strict: bool = False
     progress: bool = False
     jobs: int = 1
+    chrome_trace: str | None = None
+    sqlite: str | None = None
+    stats: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -58,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-p", "--prefix", help="file name prefix before the rank number (default: inferred from the names)")
     parser.add_argument("-o", "--output", metavar="DB", help="write the flattened database here, as a pickle of (types, db)")
     parser.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here ('-' for stdout)")
+    parser.add_argument("--chrome-trace", metavar="PATH", help="write a timeline for Perfetto UI / chrome://tracing")
+    parser.add_argument("--sqlite", metavar="PATH", help="write the database and every raw entry as SQLite tables")
+    parser.add_argument("--stats", action="store_true", help="print per-op statistics and the ranks that arrive last")
     parser.add_argument("-j", "--just-print-entries", "--just_print_entries", dest="just_print_entries", action="store_true",
                         help="print the entries side by side, one column per rank, and skip the analysis")
     parser.add_argument("--selected-ranks", "--selected_ranks", dest="selected_ranks", type=int, nargs="+", metavar="RANK",
@@ -97,8 +106,14 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         raise UsageError("--transform-ft needs --group-world-size N, the number of ranks in one replica group")
     if args.group_world_size is not None and args.group_world_size < 1:
         raise UsageError(f"--group-world-size must be a positive number of ranks, not {args.group_world_size}")
-    if args.output and args.json_path and args.output == args.json_path and args.output != "-":
-        raise UsageError(f"-o and --json both name {args.output}; give them different files")
+    outputs = [(flag, path) for flag, path in (("-o", args.output), ("--json", args.json_path),
+                                               ("--chrome-trace", args.chrome_trace), ("--sqlite", args.sqlite)) if path]
+    for i, (flag, path) in enumerate(outputs):
+        for other_flag, other in outputs[i + 1:]:
+            if path == other:
+                raise UsageError(f"{flag} and {other_flag} both name {path}; give them different files")
+    if args.sqlite == "-" or args.chrome_trace == "-":
+        raise UsageError("--sqlite and --chrome-trace write files; give a file name, not '-'")
     if args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     if args.output == "-":
@@ -119,12 +134,16 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         strict=args.strict,
         progress=stderr_is_tty,
         jobs=args.jobs,
+        chrome_trace=args.chrome_trace,
+        sqlite=args.sqlite,
+        stats=args.stats,
     )
 
 
 def run(options: Options) -> int:
     """Analyze the dumps as the options say, write the outputs, return the exit code."""
-    for path, what in ((options.output, "database"), (options.json_path, "JSON report")):
+    for path, what in ((options.output, "database"), (options.json_path, "JSON report"),
+                       (options.chrome_trace, "Chrome trace"), (options.sqlite, "SQLite database")):
         if path:
             check_writable(path, what)
 
@@ -144,15 +163,23 @@ def run(options: Options) -> int:
         return EXIT_CLEAN
 
     analysis = analyze(loaded.dumps, table, notes=loaded.notes)
-    if options.output:
+    if options.output or options.sqlite:
         db = build_database(analysis, loaded.dumps)
-        write_atomically(options.output, "database", lambda f: write_database(db, f), binary=True)
+        if options.output:
+            write_atomically(options.output, "database", lambda f: write_database(db, f), binary=True)
+        if options.sqlite:
+            with atomic_path(options.sqlite, "SQLite database") as temp:
+                write_sqlite(db, loaded.dumps, table, temp)
+    if options.chrome_trace:
+        write_atomically(options.chrome_trace, "Chrome trace", lambda f: write_chrome_trace(analysis, loaded.dumps, table, f))
     if options.json_path:
         payload = report_dict(analysis, loaded.skipped)
         write_atomically(options.json_path, "JSON report", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
     if options.json_path != "-":
         render_text(analysis, loaded.dumps, loaded.skipped, sys.stdout, mismatch_cap=options.mismatch_cap,
                     print_stack_trace=options.print_stack_trace, verbose=options.verbose)
+        if options.stats:
+            render_stats(compute_stats(analysis, loaded.dumps), sys.stdout)
     if options.strict and loaded.skipped:
         print(f"frtrace: --strict: {len(loaded.skipped)} file(s) skipped; failing", file=sys.stderr)
         return EXIT_ERROR

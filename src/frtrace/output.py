@@ -55,3 +55,24 @@ def atomic_file(path: str, what: str, binary: bool = False) -> Iterator[IO]:
 def write_atomically(path: str, what: str, write: Callable[[IO], None], binary: bool = False) -> None:
     with atomic_file(path, what, binary) as handle:
         write(handle)
+
+
+@contextmanager
+def atomic_path(path: str, what: str) -> Iterator[str]:
+    """Yield a temporary path beside `path` for a writer that wants a file name (SQLite); renamed
+    over `path` only when the block finishes without error."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+        os.close(fd)
+    except OSError as exc:
+        raise OutputError(f"{display_path(path)}: cannot write the {what} ({exc.strerror}); choose another path") from None
+    try:
+        yield temp
+        os.replace(temp, path)
+    except OSError as exc:
+        raise OutputError(f"{display_path(path)}: cannot write the {what} ({exc.strerror}); choose another path") from None
+    finally:
+        for leftover in (temp, temp + "-journal"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)

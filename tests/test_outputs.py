@@ -1,0 +1,169 @@
+"""The timeline, SQLite and statistics outputs: their content, not only that a file appears."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, entry, make_dump, ops
+from frtrace.cli import main
+from frtrace.discover import find_dump_files
+from frtrace.groups import resolve_groups
+from frtrace.loader import load_dumps, normalize
+from frtrace.matcher import analyze
+from frtrace.stats import compute_stats, render_stats
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def analysed(scenario: str):
+    loaded = load_dumps(find_dump_files(str(FIXTURES / scenario)))
+    table = resolve_groups(loaded.dumps, loaded.ranks_named)
+    return loaded.dumps, table, analyze(loaded.dumps, table)
+
+
+# ---------------------------------------------------------------------------- Chrome trace
+def trace_of(scenario: str, tmp_path) -> list[dict]:
+    path = tmp_path / "trace.json"
+    main(["-d", str(FIXTURES / scenario), "--chrome-trace", str(path)])
+    return json.loads(path.read_text())["traceEvents"]
+
+
+def test_trace_has_a_process_per_rank_and_a_thread_per_group(tmp_path):
+    events = trace_of("skip_goes_on", tmp_path)
+    names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {r: f"rank {r}" for r in range(4)}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert threads[(0, 0)] == "default_pg (pg 0)"
+    assert sum(1 for name in threads.values() if name.startswith("tp")) == 4  # every rank in its tp group
+
+
+def test_trace_holds_every_entry_where_it_belongs(tmp_path):
+    dumps, table, _ = analysed("skip_goes_on")
+    events = [e for e in trace_of("skip_goes_on", tmp_path) if e["ph"] == "X"]
+    thread_of = {g.key: i for i, g in enumerate(table.groups)}
+    expected = Counter((r, thread_of[table.group_of(r, e.pg_name).key]) for r, d in dumps.items() for e in d.entries)
+    assert Counter((e["pid"], e["tid"]) for e in events) == expected
+    assert min(e["ts"] for e in events) == 0
+    assert all(e["args"]["collective_seq_id"] >= 1 and "input_sizes" in e["args"] for e in events)
+
+
+def test_trace_marks_stuck_ops_and_the_culprit(tmp_path):
+    events = trace_of("skip_rank2", tmp_path)
+    last = {}
+    for e in events:
+        if e["ph"] == "X":
+            last[e["pid"]] = e
+    # gloo records no completion: every rank's last op runs to the end of the trace
+    assert {r: e["cat"] for r, e in last.items()} == {r: "not_completed" for r in range(4)}
+    end = max(e["ts"] + e["dur"] for e in events if e["ph"] == "X")
+    assert all(abs(e["ts"] + e["dur"] - end) < 0.01 for e in last.values())
+    earlier = [e for e in events if e["ph"] == "X" and e not in last.values()]
+    assert {e["cat"] for e in earlier} == {"no_completion_data"}
+    markers = [e for e in events if e["ph"] == "i"]
+    assert any(e["cat"] == "culprit" and e["pid"] == 2 for e in markers)
+    assert any(e["cat"] == "finding" and e["name"].startswith("ROOT CAUSE: missing_ranks") for e in markers)
+
+
+def test_trace_with_completion_times_uses_them(tmp_path):
+    events = [e for e in trace_of("synthetic_stuck", tmp_path) if e["ph"] == "X"]
+    by_seq = Counter((e["args"]["collective_seq_id"], e["cat"]) for e in events)
+    assert by_seq[(5, "not_completed")] == 8 and by_seq[(4, "completed")] == 8
+    done = next(e for e in events if e["cat"] == "completed")
+    assert done["dur"] == pytest.approx(490.0)  # started +10 us, completed +500 us in the generator
+
+
+# ---------------------------------------------------------------------------- SQLite
+def readme_queries() -> dict[str, str]:
+    text = README.read_text()
+    return {name: sql.strip() for name, sql in re.findall(r"<!-- sql:(\w+) -->\s*```sql\n(.*?)```", text, re.S)}
+
+
+def test_readme_has_the_three_queries():
+    assert set(readme_queries()) == {"rank_ops", "late_arrivals", "never_completed"}
+
+
+@pytest.fixture
+def sqlite_db(tmp_path):
+    def make(scenario: str) -> sqlite3.Connection:
+        path = tmp_path / f"{scenario}.db"
+        main(["-d", str(FIXTURES / scenario), "--sqlite", str(path)])
+        return sqlite3.connect(path)
+    return make
+
+
+def test_readme_query_all_ops_of_one_rank_in_a_group(sqlite_db):
+    rows = sqlite_db("skip_goes_on").execute(readme_queries()["rank_ops"]).fetchall()
+    dumps, _, _ = analysed("skip_goes_on")
+    expected = [(e.collective_seq_id, e.op) for e in dumps[1].entries if e.pg_desc == "default_pg"]
+    assert [(r[0], r[1]) for r in rows] == expected
+
+
+def test_readme_query_late_arrivals_finds_the_slow_rank(sqlite_db):
+    rows = sqlite_db("slow_rank2").execute(readme_queries()["late_arrivals"]).fetchall()
+    assert rows and Counter(r[2] for r in rows).most_common(1)[0][0] == 2
+    assert all(r[3] >= 0 for r in rows)
+
+
+def test_readme_query_never_completed(sqlite_db):
+    rows = sqlite_db("synthetic_stuck").execute(readme_queries()["never_completed"]).fetchall()
+    assert sorted(r[0] for r in rows) == list(range(8)) and {r[2] for r in rows} == {5}
+
+
+def test_sqlite_tables_match_the_pickle_database(sqlite_db, tmp_path):
+    connection = sqlite_db("synthetic_p2p_unmatched")
+    counts = {t: connection.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+              for t in ("groups", "memberships", "collectives", "ncclcalls", "tracebacks", "findings", "entries")}
+    dumps, _, _ = analysed("synthetic_p2p_unmatched")
+    assert counts["entries"] == counts["ncclcalls"] == sum(len(d.entries) for d in dumps.values())
+    assert counts["groups"] == 5 and counts["findings"] >= 1
+    indexes = {r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"entries_by_rank", "entries_by_collective", "calls_by_collective"} <= indexes
+
+
+# ---------------------------------------------------------------------------- statistics
+def test_stats_match_hand_computed_numbers():
+    def rank(r, durations):
+        return make_dump([entry(seq=i + 1, backend="nccl", state="completed", sizes=((256,),), duration_ms=d,
+                                time_created_ns=1_000_000_000 * (i + 1) + r * 1_000_000 * (i + 1))
+                          for i, d in enumerate(durations)])
+    raw = {0: rank(0, [1.0, 3.0]), 1: rank(1, [2.0, 6.0])}
+    dumps = {r: normalize(d, r, f"r{r}", "pickle") for r, d in raw.items()}
+    stats = compute_stats(analyze(dumps, resolve_groups(dumps)), dumps)
+    (op,) = stats.ops
+    assert (op.op, op.count) == ("all_reduce", 2)
+    assert op.bytes_moved == 2 * 2 * 256 * 4  # 2 collectives x 2 ranks x 256 floats
+    assert op.durations_ms == (1.0, 2.0, 3.0, 6.0)
+    (straggler,) = stats.stragglers  # rank 1 arrives 1 ms late at #1 and 2 ms late at #2
+    assert (straggler.rank, straggler.times_last, straggler.collectives) == (1, 2, 2)
+    assert straggler.median_late_ms == pytest.approx(0.75)  # behind the median of two: half of 1 and 2 ms, median
+    assert stats.spreads_ms == (1.0, 2.0)
+
+
+def test_stats_name_the_slow_rank_of_a_real_run(capsys):
+    assert main(["-d", str(FIXTURES / "slow_rank2"), "--stats"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("Stragglers"):]
+    first_row = table.splitlines()[3].split()
+    assert first_row[0] == "2" and first_row[1] == "8/9"  # 8 all_reduces after a sleep; the barrier is on time
+    assert float(first_row[2]) > 20  # it sleeps 30 ms
+
+
+def test_impossible_arrivals_are_flagged_as_clock_skew():
+    # rank 1's clock is 50 ms ahead: it 'arrives' after rank 0 had completed the collective
+    def rank(r):
+        skew = 50_000_000 if r == 1 else 0
+        return make_dump([entry(seq=i, backend="nccl", state="completed", time_created_ns=i * 10_000_000 + skew,
+                                time_discovered_completed_ns=i * 10_000_000 + 1_000_000 + skew) for i in (1, 2, 3)])
+    dumps = {r: normalize(rank(r), r, f"r{r}", "pickle") for r in range(2)}
+    stats = compute_stats(analyze(dumps, resolve_groups(dumps)), dumps)
+    assert stats.stragglers[0].rank == 1 and stats.stragglers[0].impossible == 3
+    out = io.StringIO()
+    render_stats(stats, out)
+    assert "clock skew" in out.getvalue() and "ranks 1 'arrive'" in out.getvalue()
