@@ -17,6 +17,7 @@ import stat
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any
@@ -251,10 +252,11 @@ class _Normalizer:
             else:  # 1.4: {pg_id: [ranks]}
                 name, desc, ranks = key, "", value
             if isinstance(ranks, str):
-                if not _RANKS_TEXT.match(ranks.strip()):
+                parsed = _parse_ranks_text(ranks)
+                if parsed is None:
                     self.notes.append(f"pg_config of group {name!r} has ranks {ranks[:40]!r}, not a list of numbers; ignored")
                     continue
-                ranks = [int(r) for r in re.findall(r"\d+", ranks)]
+                ranks = parsed
             if not isinstance(ranks, (list, tuple)) or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
                 continue
             name = str(name)
@@ -262,6 +264,14 @@ class _Normalizer:
                 continue
             configs.append(GroupConfig(sys.intern(name), sys.intern(str(desc)), tuple(sorted(set(ranks)))))
         return tuple(configs)
+
+
+@lru_cache(maxsize=256)
+def _parse_ranks_text(text: str) -> tuple[int, ...] | None:
+    """"[0, 1, 2]" -> (0, 1, 2), never by eval. Every rank's dump repeats the world's list: cached."""
+    if not _RANKS_TEXT.match(text.strip()):
+        return None
+    return tuple(int(r) for r in re.findall(r"\d+", text))
 
 
 def _freeze(value: Any) -> Any:
@@ -355,7 +365,7 @@ _INT_COLUMNS = {ENTRY_FIELDS.index(name) - 2 for name in ("record_id", "collecti
 _VALUE_COLUMNS = {ENTRY_FIELDS.index(name) - 2 for name in ("duration_ms", "stack_id")}
 
 
-def _build_dump(part: CompactDump) -> Dump:
+def _build_dump(part: CompactDump, configs: dict[GroupConfig, GroupConfig] | None = None) -> Dump:
     """Entries from columns: one C-level map over the columns, equal small values shared."""
     columns = [
         _shared_ints(column) if i in _INT_COLUMNS else _shared_values(column) if i in _VALUE_COLUMNS else column
@@ -363,7 +373,10 @@ def _build_dump(part: CompactDump) -> Dump:
     ]
     index = _SMALL_INTS[:part.count] if part.count <= len(_SMALL_INTS) else range(part.count)
     entries = tuple(map(Entry, repeat(part.rank, part.count), index, *columns))
-    return Dump(part.rank, part.path, part.file_format, part.version, entries, part.group_configs, part.stacks, part.notes)
+    # every rank lists the world group: `configs`, shared by one load, keeps one copy of each
+    shared = configs if configs is not None else {}
+    group_configs = tuple(shared.setdefault(config, config) for config in part.group_configs)
+    return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes)
 
 
 # The fast path. Entries of one dump repeat the same few groups, ops, shapes and dtypes, so every
@@ -547,12 +560,13 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     notes: list[str] = [f"{path}: ignored, the name does not end in a rank number" for path in discovery.ignored]
     dumps: dict[int, Dump] = {}
     used: dict[int, DumpFile] = {}
+    configs: dict[GroupConfig, GroupConfig] = {}
 
     def take(rank: int, dump_file: DumpFile, result: CompactDump | DumpError) -> None:
         if isinstance(result, DumpError):
             skipped.append(SkippedFile(display_path(result.path), result.reason))
         else:
-            dumps[rank] = _build_dump(result)
+            dumps[rank] = _build_dump(result, configs)
             used[rank] = dump_file
 
     firsts = [files[0] for files in choices.values()]

@@ -104,9 +104,13 @@ class LoadResult:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Group:
-    """A process group, identified by name and ranks (names repeat after split_group)."""
+    """A process group, identified by name and ranks (names repeat after split_group).
+
+    resolve_groups makes one object per (name, ranks), so identity is equality; hashing by
+    identity keeps lookups O(1), where hashing the ranks tuple cost O(group size) per entry.
+    """
 
     name: str
     desc: str
@@ -114,8 +118,8 @@ class Group:
     inferred: bool = False  # membership guessed from entries, not read from pg_config
 
     @property
-    def key(self) -> tuple[str, tuple[int, ...]]:
-        return (self.name, self.ranks)
+    def key(self) -> "Group":
+        return self
 
     @property
     def label(self) -> str:
