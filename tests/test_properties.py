@@ -81,6 +81,15 @@ def _break_entry(raw: dict, rnd: random.Random) -> dict:
     return raw
 
 
+def _write_set(work: Path, dumps: dict, prefix: str) -> Path:
+    """Hypothesis runs many examples per test, so each gets its own directory (not tmp_path)."""
+    directory = work / "dumps"
+    directory.mkdir()
+    for rank, raw in dumps.items():
+        (directory / f"{prefix}{rank}").write_bytes(pickle.dumps(raw, protocol=2))
+    return directory
+
+
 def _run(directory: Path) -> tuple[int, dict | None]:
     report = directory.parent / "report.json"
     if report.exists():
@@ -96,10 +105,7 @@ def test_damaged_dump_sets_never_raise(dumps, seed, damage, capsys):
     rnd = random.Random(seed)
     work = Path(tempfile.mkdtemp())
     try:
-        directory = work / "dumps"
-        directory.mkdir()
-        for rank, raw in dumps.items():
-            (directory / f"trace_rank_{rank}").write_bytes(pickle.dumps(raw, protocol=2))
+        directory = _write_set(work, dumps, "trace_rank_")
         for how in damage:
             victim = directory / f"trace_rank_{rnd.choice(sorted(dumps))}"
             if not victim.exists():
@@ -156,10 +162,7 @@ def test_injected_faults_are_found_and_healthy_sets_are_clean(dumps, capsys):
     """The generator's own truth: a mismatch fault names the culprit; no fault is never a desync."""
     work = Path(tempfile.mkdtemp())
     try:
-        directory = work / "dumps"
-        directory.mkdir()
-        for rank, raw in dumps.items():
-            (directory / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(raw, protocol=2))
+        directory = _write_set(work, dumps, "nccl_trace_rank_")
         code, report = _run(directory)
         capsys.readouterr()
         lengths = {len(d["entries"]) for d in dumps.values()}
