@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -185,3 +186,37 @@ def test_every_option_has_help_text():
 def test_module_entry_point_runs(tmp_path):
     done = subprocess.run([sys.executable, "-m", "frtrace", "-d", SKIP], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stdout.startswith("DESYNC")
+
+
+def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path):
+    import signal
+    import time
+
+    data = tmp_path / "dumps"
+    generator = Path(__file__).resolve().parent.parent / "benchmarks" / "generate.py"
+    subprocess.run([sys.executable, str(generator), str(data), "--ranks", "128", "--entries", "2000"],
+                   check=True, capture_output=True, timeout=120)
+    out = tmp_path / "out"
+    out.mkdir()
+    process = subprocess.Popen([sys.executable, "-m", "frtrace", "-d", str(data), "-o", str(out / "db.pkl"),
+                                "--json", str(out / "r.json"), "--jobs", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(0.5)  # loading 128 ranks takes seconds
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal does: the whole process group
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, (stdout, stderr)
+    assert stderr.strip().splitlines()[-1] == "frtrace: interrupted; no output file was written or changed"
+    assert "Traceback" not in stderr
+    assert os.listdir(out) == []
+
+
+def test_progress_bar_counts_files_on_stderr(tmp_path, capsys):
+    from frtrace.discover import find_dump_files
+    from frtrace.loader import load_dumps
+
+    write_dumps(tmp_path, {r: make_dump(ops(2)) for r in range(6)})
+    result = load_dumps(find_dump_files(str(tmp_path)), progress=True, workers=2)
+    assert len(result.dumps) == 6
+    err = capsys.readouterr().err
+    assert "loading dumps" in err and "/6 [" in err  # counts files
+    assert err.rstrip("\r").endswith(" ")  # and clears its line when done, leaving the report clean
