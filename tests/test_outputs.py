@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, entry, make_dump, ops
+from conftest import FIXTURES, entry, make_dump
 from frtrace.cli import main
 from frtrace.discover import find_dump_files
 from frtrace.groups import resolve_groups

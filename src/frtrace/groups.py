@@ -86,7 +86,7 @@ def resolve_groups(
     hints = _size_hints(dumps)
     highest = max([*dumps, *ranks_named, *(r for g in groups.values() for r in g.ranks)], default=-1)
     world_size = highest + 1
-    for name, users_of_name in users.items():
+    for name in users:
         if _is_default(name, descs.get(name, "")) and not ft_group_world_size:
             world_size = max(world_size, hints.get(name, 0))
     world = tuple(range(world_size))

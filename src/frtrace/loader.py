@@ -15,7 +15,7 @@ import pickle
 import re
 import stat
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import repeat

@@ -7,7 +7,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO
+from collections.abc import Iterator
 
 from .errors import OutputError, display_path
 

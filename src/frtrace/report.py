@@ -8,7 +8,7 @@ from typing import Any, TextIO
 from tabulate import tabulate
 
 from .groups import GroupTable
-from .matcher import format_ranks
+from .align import format_ranks
 from .types import Analysis, Dump, Finding, SkippedFile
 
 

@@ -10,7 +10,7 @@ from typing import TextIO
 from tabulate import tabulate
 
 from . import rules
-from .matcher import format_ranks
+from .align import format_ranks
 from .types import Analysis, Dump, Entry
 
 DTYPE_BYTES = {

@@ -1,0 +1,192 @@
+"""The verdict: which findings are the root cause, who the culprits are, and the one-line
+headline a person can act on."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from . import rules
+from .align import count_of, ranks_word, unit_label
+from .types import Analysis, Entry, Finding
+from .waitgraph import WaitGraph
+
+
+def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) -> Analysis:
+    loaded = tuple(sorted(dumps))
+    missing = tuple(r for r in table.world if r not in dumps)
+    group_count = len(table.groups)
+    matched = sum(1 for c in checks if not c.missing_ranks and c.mismatch is None)
+
+    mismatches = [f for f in findings if f.kind in ("type_mismatch", "size_mismatch", "dtype_mismatch") and f.decided]
+    graph_culprits, undecided_cycles = graph.culprits()
+    culprit_entries: dict[int, Entry] = {}
+    root_ids: set[int] = set()
+    culprits: list[int] = []
+    headline = ""
+
+    if mismatches:
+        first = min(mismatches, key=lambda f: _first_entry_index(f, checks))
+        for f in mismatches:
+            root_ids.add(id(f))
+            culprits.extend(f.ranks)
+        for rank in culprits:
+            entry = _entry_at(checks, first, rank)
+            if entry is not None:
+                culprit_entries[rank] = entry
+        headline = _mismatch_headline(first, checks) + (f" (+{len(mismatches) - 1} more group(s) with a mismatch)" if len(mismatches) > 1 else "")
+        verdict = "desync"
+    elif graph_culprits:
+        by_op: dict[tuple | None, list[int]] = defaultdict(list)
+        for rank, key in graph_culprits:
+            by_op[key].append(rank)
+            culprits.append(rank)
+        root_findings = [f for f in findings if f.kind in ("missing_ranks", "p2p_unmatched") and set(f.ranks) & set(culprits)]
+        for f in root_findings:
+            if f.kind == "p2p_unmatched" or ("coll", f.group.key, f.collective_seq_id) in by_op:
+                root_ids.add(id(f))
+        parts = []
+        for key, ranks in by_op.items():
+            parts.append(_missing_headline(key, ranks, graph, blockers, dumps))
+            for rank in ranks:
+                if blockers.get(rank) is not None:
+                    culprit_entries[rank] = blockers[rank].entry
+        headline = "; ".join(parts)
+        verdict = "desync"
+    else:
+        undecided = [f for f in findings if not f.decided]
+        stuck = [f for f in findings if f.kind == "not_completed"]
+        others = [f for f in findings if f.decided and f.kind not in ("not_completed",)]
+        if undecided or undecided_cycles:
+            verdict = "inconclusive"
+            headline = (undecided_cycles[0] if undecided_cycles else
+                        f"{undecided[0].kind.replace('_', ' ')} in {undecided[0].op} #{undecided[0].collective_seq_id or undecided[0].p2p_seq_id} "
+                        f"of {undecided[0].group.label}: {undecided[0].detail}")
+            root_ids.update(id(f) for f in undecided)
+        elif others:
+            verdict = "desync"
+            for f in others:
+                root_ids.add(id(f))
+                culprits.extend(f.ranks)
+            f = others[0]
+            headline = f"{f.kind.replace('_', ' ')} in {f.op} of {f.group.label}: {f.detail}"
+        elif stuck:
+            verdict = "stuck"
+            for f in stuck:
+                root_ids.add(id(f))
+                culprits.extend(f.ranks)
+            f = stuck[0]
+            headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} members "
+                        f"but never completed on {ranks_word(f.ranks)}: the hang is below PyTorch (network, NCCL or hardware)")
+            for rank in f.ranks:
+                if blockers.get(rank) is not None:
+                    culprit_entries[rank] = blockers[rank].entry
+        elif not any(d.entries for d in dumps.values()):
+            verdict = "inconclusive"
+            headline = "the dumps hold no entries (was the Flight Recorder buffer size set?)"
+        else:
+            verdict = "clean"
+            headline = (f"{count_of(len(loaded), 'rank')}, {count_of(group_count, 'group')}, "
+                        f"{count_of(matched, 'collective')} matched; no desync")
+            if missing:
+                headline += f" (no dump from {ranks_word(missing)}, and nobody waits for it)"
+
+    final = tuple(
+        Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks, f.detail,
+                id(f) in root_ids, f.decided)
+        for f in findings
+    )
+    final = tuple(sorted(final, key=lambda f: (not f.root_cause, f.kind == "not_completed", f.group.ranks != table.world, f.group.name, f.collective_seq_id or 0)))
+    return Analysis(
+        verdict=verdict,
+        headline=f"{verdict.upper()}: {headline}",
+        culprit_ranks=tuple(sorted(set(culprits))),
+        findings=final,
+        groups=table.groups,
+        checks=tuple(checks),
+        ranks_loaded=loaded,
+        ranks_missing=missing,
+        culprit_entries=culprit_entries,
+        warnings=tuple(notes),
+    )
+
+
+def _first_entry_index(finding: Finding, checks) -> int:
+    entry = next((_entry_at(checks, finding, r) for r in finding.ranks), None)
+    return entry.index if entry is not None else 1 << 30
+
+
+def _entry_at(checks, finding: Finding, rank: int) -> Entry | None:
+    for check in checks:
+        if check.group is finding.group and check.collective_seq_id == finding.collective_seq_id:
+            entries = check.entries.get(rank)
+            return entries[-1] if entries else None
+    return None
+
+
+def _mismatch_headline(finding: Finding, checks) -> str:
+    check = next(c for c in checks if c.group is finding.group and c.collective_seq_id == finding.collective_seq_id)
+    offenders = set(finding.ranks)
+    others = [r for r in check.entries if r not in offenders]
+    where = f"#{finding.collective_seq_id} of {finding.group.label}"
+    if finding.kind == "type_mismatch":
+        theirs = Counter(unit_label(check.entries[r]) for r in offenders).most_common(1)[0][0]
+        return f"{ranks_word(offenders)} called {theirs} as {where} where {ranks_word(others)} called {finding.op}"
+    if others and offenders:
+        describe = _shown_sizes if finding.kind == "size_mismatch" else _shown_dtypes
+        mine = Counter(describe(check.entries[r]) for r in offenders).most_common(1)[0][0]
+        theirs = Counter(describe(check.entries[r]) for r in others).most_common(1)[0][0]
+        if mine != theirs:
+            verb, preposition = ("passed", "to") if finding.kind == "size_mismatch" else ("used", "in")
+            return (f"{ranks_word(offenders)} {verb} {mine} {preposition} {finding.op} {where} "
+                    f"where {ranks_word(others)} {verb} {theirs}")
+    return f"{finding.kind.replace('_', ' ')} in {finding.op} {where}: {finding.detail}"
+
+
+def _shown_sizes(entries: tuple[Entry, ...]) -> str:
+    def one(e: Entry) -> str:
+        sizes_in, sizes_out = list(map(list, e.input_sizes)), list(map(list, e.output_sizes))
+        return f"sizes {sizes_in}" if sizes_in == sizes_out else f"sizes {sizes_in} -> {sizes_out}"
+    return " | ".join(one(e) for e in entries if e.op not in rules.COALESCED_TERMINATORS)
+
+
+def _shown_dtypes(entries: tuple[Entry, ...]) -> str:
+    return "dtype " + ",".join(sorted({d for e in entries for d in e.input_dtypes + e.output_dtypes}))
+
+
+def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
+    if key is None:
+        return f"{ranks_word(ranks)} blocked everyone"
+    waiting = graph.waiters[key]
+    blocker = graph.blocker_of_op[key]
+    subject = ranks_word(ranks)
+    if key[0] == "p2p":
+        other = "recv" if blocker.p2p and blocker.p2p.kind == "send" else "send"
+        text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"
+    elif all(r not in dumps for r in ranks):
+        return (f"{subject} left no readable dump and {ranks_word(waiting)} wait for it in {blocker.describe()}: "
+                f"{'they are' if len(ranks) > 1 else 'it is'} the prime suspect")
+    else:
+        text = f"{subject} never joined {blocker.describe()} ({len(waiting)} {'ranks wait' if len(waiting) != 1 else 'rank waits'} in it)"
+    # one clause per situation, so a thousand culprits in the same place read as one
+    clauses: dict[str, list[int]] = {}
+    for rank in ranks:
+        own = blockers.get(rank)
+        if rank not in dumps:
+            clause = "{who} left no readable dump"
+        elif own is None:
+            clause = "{who} {is} in no collective (all its ops completed)" if graph.tracking.get(rank) else "{who} recorded no ops"
+        elif rank in graph.joined_by_all:
+            if graph.tracking.get(rank):
+                clause = f"{{who}} {{is}} blocked in {own.describe()}, which every member joined"
+            else:
+                clause = f"{{who}} {{is}} in no collective: {{its}} last op, {own.describe()}, was joined by every member"
+        else:
+            clause = f"{{who}} {{is}} blocked in {own.describe()}"
+        clauses.setdefault(clause, []).append(rank)
+    shown = list(clauses.items())[:3]
+    for clause, who in shown:
+        one = len(who) == 1
+        text += "; " + clause.format(who=ranks_word(who), its="its" if one else "their", **{"is": "is" if one else "are"})
+    if len(clauses) > len(shown):
+        text += f"; (+{len(clauses) - len(shown)} more situations, see the findings)"
+    return text

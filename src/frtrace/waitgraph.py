@@ -1,0 +1,293 @@
+"""Who waits for whom: each rank's blocking op, send/recv pairing, and the wait-for graph whose
+sink components hold the culprits."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from .align import GroupView, P2POp, Track, ranks_word, unit_label, unit_state
+from .groups import GroupTable
+from .types import Dump, Entry, Finding, Group
+
+
+@dataclass(frozen=True, slots=True)
+class Blocker:
+    """Where a rank is blocked: its first op not completed, or (no completion data) its last op."""
+
+    rank: int
+    group: Group
+    seq: int | None  # collective seq id, None for p2p
+    entry: Entry
+    p2p: P2POp | None = None
+
+    def describe(self) -> str:
+        if self.p2p is not None:
+            return f"{self.entry.op} (p2p #{self.entry.p2p_seq_id}) of {self.group.label}"
+        return f"{self.entry.op or 'unnamed op'} #{self.seq} of {self.group.label}"
+
+
+def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupView], table: GroupTable,
+             tracking: bool) -> Blocker | None:
+    def as_blocker(entry: Entry) -> Blocker | None:
+        group = table.group_of(dump.rank, entry.pg_name)
+        if group is None:
+            return None
+        track = tracks.get(group.key)
+        if entry.is_p2p:
+            op = next((o for o in (track.p2p if track else []) if o.entry.index == entry.index), None)
+            return Blocker(dump.rank, group, None, entry, op) if op else None
+        unit = views[group.key].by_seq.get(entry.collective_seq_id, {}).get(dump.rank)
+        if unit is None:  # a p2p batch terminator
+            return None
+        return Blocker(dump.rank, group, entry.collective_seq_id, unit[-1])
+
+    if not dump.entries:
+        return None
+    if not tracking:
+        for entry in reversed(dump.entries):
+            blocker = as_blocker(entry)
+            if blocker is not None:
+                return blocker
+        return None
+    for entry in dump.entries:
+        if entry.state == "completed":
+            continue
+        blocker = as_blocker(entry)  # a scheduled op inside a completed coalesced group is done
+        if blocker is None:
+            continue
+        state = blocker.p2p.state if blocker.p2p else blocker.entry.state
+        if state != "completed":
+            return blocker
+    return None
+
+
+def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: dict[int, bool]):
+    """Pair sends with recvs first-in-first-out per (group, src, dst)."""
+    findings: list[Finding] = []
+    unmatched: set[int] = set()  # id() of P2POps with no partner
+    notes: list[str] = []
+    for view in views.values():
+        sends: dict[tuple[int, int], list[P2POp]] = defaultdict(list)
+        recvs: dict[tuple[int, int], list[P2POp]] = defaultdict(list)
+        for track in view.tracks.values():
+            for op in track.p2p:
+                (sends if op.kind == "send" else recvs)[(op.src, op.dst)].append(op)
+        for pair in sorted(set(sends) | set(recvs)):
+            src, dst = pair
+            if src not in dumps or dst not in dumps:
+                continue
+            out, into = sends.get(pair, []), recvs.get(pair, [])
+            if tracking[src] and tracking[dst]:
+                # completed ops were matched (a p2p op completes only with its partner)
+                out = [o for o in out if o.state != "completed"]
+                into = [o for o in into if o.state != "completed"]
+            elif dumps[src].wrapped or dumps[dst].wrapped:
+                notes.append(f"p2p {src}->{dst} in {view.group.label} not checked: a buffer wrapped and completion is not recorded")
+                continue
+            for send, recv in zip(out, into):
+                if send.entry.input_sizes != recv.entry.input_sizes or send.entry.input_dtypes != recv.entry.input_dtypes:
+                    findings.append(Finding(
+                        "size_mismatch" if send.entry.input_sizes != recv.entry.input_sizes else "dtype_mismatch",
+                        view.group, None, send.entry.p2p_seq_id, send.entry.op, (), view.group.ranks,
+                        f"rank {src} sends {list(map(list, send.entry.input_sizes))} {','.join(send.entry.input_dtypes)} "
+                        f"but rank {dst} receives {list(map(list, recv.entry.input_sizes))} {','.join(recv.entry.input_dtypes)}; "
+                        "a pair cannot tell which side is wrong", decided=False))
+                    break
+            extra = out[len(into):] or into[len(out):]
+            if extra:
+                first = extra[0]
+                absent = first.peer
+                unmatched.update(id(o) for o in extra)
+                other = "recv" if first.kind == "send" else "send"
+                findings.append(Finding(
+                    "p2p_unmatched", view.group, None, first.entry.p2p_seq_id, first.entry.op, (absent,), (src, dst),
+                    f"rank {first.entry.rank}'s {first.entry.op} (p2p #{first.entry.p2p_seq_id}) has no matching {other} "
+                    f"on rank {absent} ({len(extra)} unmatched)"))
+    return findings, unmatched, notes
+
+
+class WaitGraph:
+    """Who waits for whom: rank -> the op it is blocked in -> the members that never issued it."""
+
+    def __init__(self, views, blockers, unmatched, dumps, tracking, tracks_by_rank) -> None:
+        self.views = views
+        self.blockers: dict[int, Blocker | None] = blockers
+        self.dumps = dumps
+        self.tracking = tracking
+        self.tracks_by_rank = tracks_by_rank
+        self.waits_on: dict[tuple, tuple[int, ...]] = {}  # op key -> ranks it waits for
+        self.weak: set[tuple] = set()  # op keys whose awaited ranks are only possibly missing
+        self.op_of: dict[int, tuple] = {}  # rank -> op key it is blocked in
+        self.waiters: dict[tuple, list[int]] = defaultdict(list)
+        self.blocker_of_op: dict[tuple, Blocker] = {}
+        self.joined_by_all: dict[int, Blocker] = {}
+        for rank, blocker in blockers.items():
+            if blocker is None:
+                continue
+            if blocker.p2p is not None:
+                key = ("p2p", blocker.group.key, blocker.p2p.src, blocker.p2p.dst, blocker.entry.p2p_seq_id, rank)
+                peer = blocker.p2p.peer
+                if id(blocker.p2p) in unmatched:
+                    awaited = (peer,)
+                elif peer not in dumps:
+                    awaited = (peer,)
+                    self.weak.add(key)
+                else:
+                    self.joined_by_all[rank] = blocker
+                    continue
+            else:
+                key = ("coll", blocker.group.key, blocker.seq)
+                view = views[blocker.group.key]
+                awaited = view.not_issued(blocker.seq)
+                if not awaited:
+                    awaited = tuple(sorted(view.unknown))
+                    if awaited:
+                        self.weak.add(key)
+                if not awaited:
+                    self.joined_by_all[rank] = blocker
+                    continue
+            self.waits_on[key] = awaited
+            self.op_of[rank] = key
+            self.waiters[key].append(rank)
+            self.blocker_of_op.setdefault(key, blocker)
+
+    # -- strongly connected components over rank and op nodes, iteratively (Tarjan)
+    def _edges(self, node: tuple) -> tuple:
+        if node[0] == "rank":
+            key = self.op_of.get(node[1])
+            return (("op", key),) if key is not None else ()
+        return tuple(("rank", r) for r in self.waits_on[node[1]])
+
+    def components(self) -> list[list[tuple]]:
+        index: dict[tuple, int] = {}
+        low: dict[tuple, int] = {}
+        on_stack: set[tuple] = set()
+        stack: list[tuple] = []
+        result: list[list[tuple]] = []
+        nodes = [("op", k) for k in self.waits_on]
+        for start in nodes:
+            if start in index:
+                continue
+            work = [(start, iter(self._edges(start)))]
+            index[start] = low[start] = len(index)
+            stack.append(start)
+            on_stack.add(start)
+            while work:
+                node, edges = work[-1]
+                advanced = False
+                for nxt in edges:
+                    if nxt not in index:
+                        index[nxt] = low[nxt] = len(index)
+                        stack.append(nxt)
+                        on_stack.add(nxt)
+                        work.append((nxt, iter(self._edges(nxt))))
+                        advanced = True
+                        break
+                    if nxt in on_stack:
+                        low[node] = min(low[node], index[nxt])
+                if advanced:
+                    continue
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    result.append(component)
+        return result
+
+    def culprits(self) -> tuple[list[tuple[int, tuple | None]], list[str]]:
+        """[(culprit rank, the op key it is missing from)], and reasons the graph cannot decide."""
+        found: list[tuple[int, tuple | None]] = []
+        undecided: list[str] = []
+        components = self.components()
+        where = {node: i for i, comp in enumerate(components) for node in comp}
+        for i, comp in enumerate(components):
+            members = set(comp)
+            leaves = any(where.get(n) != i for node in comp for n in self._edges(node))
+            if leaves:
+                continue
+            ranks = [n[1] for n in comp if n[0] == "rank"]
+            ops = [n[1] for n in comp if n[0] == "op"]
+            if len(comp) == 1 and ranks:
+                # waited for, waits for no one
+                rank = ranks[0]
+                awaited_in = [k for k, awaited in self.waits_on.items() if rank in awaited]
+                if awaited_in:
+                    found.append((rank, max(awaited_in, key=lambda k: len(self.waiters[k]))))
+                continue
+            if not ops:
+                continue
+            # A cycle: ranks issued ops in different orders. The rank(s) missing from the op that
+            # most ranks wait in are the ones out of order.
+            ranked = sorted(ops, key=lambda k: len(self.waiters[k]), reverse=True)
+            if len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]]):
+                undecided.append(
+                    "; ".join(f"{ranks_word(self.waiters[k])} wait in {self.blocker_of_op[k].describe()} for {ranks_word(self.waits_on[k])}" for k in ranked)
+                    + ": they issued ops in different orders and no majority shows which order is right")
+                continue
+            top = ranked[0]
+            for rank in self.waits_on[top]:
+                if ("rank", rank) in members:
+                    found.append((rank, top))
+        return found, undecided
+
+    def missing_findings(self, frontier: dict[tuple, int]) -> list[Finding]:
+        findings = []
+        for key, awaited in self.waits_on.items():
+            if key[0] != "coll":
+                continue
+            blocker = self.blocker_of_op[key]
+            view = self.views[key[1]]
+            waiting = self.waiters[key]
+            if key in self.weak:
+                no_dump = [r for r in awaited if r not in self.dumps]
+                why = f"{ranks_word(no_dump)} left no readable dump" if no_dump else f"{ranks_word(awaited)}'s buffer no longer shows this group"
+                detail = f"{why}; {ranks_word(waiting)} wait in it"
+                if not any(self.tracking.get(r) for r in waiting):
+                    detail += " (the dumps do not record completion: this reads them as taken during a hang)"
+            else:
+                lasts = "; ".join(f"rank {r}'s last op in {view.group.label} is #{view.known_last[r]}" for r in awaited[:4])
+                detail = f"{ranks_word(awaited)} never issued it; {ranks_word(view.issuers(key[2]))} did ({lasts})"
+            findings.append(Finding("missing_ranks", view.group, key[2], None, blocker.entry.op, awaited, view.group.ranks, detail))
+        reported = {(f.group.key, f.collective_seq_id) for f in findings}
+        for group_key, seq in frontier.items():
+            if (group_key, seq) in reported:
+                continue
+            view = self.views[group_key]
+            missing = view.not_issued(seq)
+            issuers = view.issuers(seq)
+            if any(self.op_of.get(r) == ("coll", group_key, seq) for r in issuers):
+                continue
+            # nobody is blocked here (their later ops completed, or the dumps were taken at
+            # different moments): report it, but it cannot explain a hang
+            op = Counter(map(unit_label, issuers.values())).most_common(1)[0][0]
+            findings.append(Finding("missing_ranks", view.group, seq, None, op, missing, view.group.ranks,
+                                    f"{ranks_word(missing)} never issued it, though {ranks_word(issuers)} did and nobody is waiting in it"))
+        return findings
+
+    def stuck_findings(self) -> list[Finding]:
+        findings = []
+        seen: set[tuple] = set()
+        for rank, blocker in sorted(self.joined_by_all.items()):
+            if not self.tracking.get(rank) or blocker.p2p is not None:
+                continue
+            key = (blocker.group.key, blocker.seq)
+            if key in seen:
+                continue
+            seen.add(key)
+            view = self.views[blocker.group.key]
+            units = view.issuers(blocker.seq)
+            not_done = tuple(sorted(r for r, u in units.items() if unit_state(u) != "completed"))
+            findings.append(Finding(
+                "not_completed", view.group, blocker.seq, None, blocker.entry.op, not_done, view.group.ranks,
+                f"issued by all {view.size} members, not completed on {ranks_word(not_done)} "
+                f"(state {', '.join(sorted({unit_state(units[r]) for r in not_done}))})"))
+        return findings
