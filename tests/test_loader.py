@@ -315,12 +315,22 @@ def test_fast_and_careful_paths_read_the_same_entries(path, monkeypatch):
     assert fast.stacks == careful.stacks
 
 
-def test_workers_give_the_same_result_as_one_process(tmp_path):
-    for rank in range(6):
+def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
+    for rank in range(18):
         write_dumps(tmp_path, {rank: make_dump(ops(4, sizes=((rank + 1,),)))})
-    (tmp_path / "nccl_trace_rank_6").write_bytes(b"\x80\x04junk")
-    (tmp_path / "nccl_trace_rank_7").write_bytes(pickle.dumps({"entries": [{"bad": 1}]}))
+    (tmp_path / "nccl_trace_rank_18").write_bytes(b"\x80\x04junk")
+    (tmp_path / "nccl_trace_rank_19").write_bytes(pickle.dumps({"entries": [{"bad": 1}]}))
     serial = load(tmp_path)
+    pools = []
+    import concurrent.futures
+
+    class CountingPool(concurrent.futures.ProcessPoolExecutor):
+        def __init__(self, *args, **kw):
+            pools.append(kw.get("max_workers"))
+            super().__init__(*args, **kw)
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", CountingPool)
     parallel = load_dumps(find_dump_files(str(tmp_path)), workers=2)
+    assert pools == [2], "the worker pool was not used"
     assert parallel == serial
-    assert sorted(parallel.dumps) == list(range(6)) and len(parallel.skipped) == 2
+    assert sorted(parallel.dumps) == list(range(18)) and len(parallel.skipped) == 2

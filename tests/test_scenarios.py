@@ -11,6 +11,7 @@ from conftest import scenario_dirs
 from frtrace.cli import main
 from frtrace.discover import find_dump_files
 from frtrace.loader import load_dumps
+from frtrace.types import FINDING_KINDS
 
 SCENARIOS = scenario_dirs()
 
@@ -26,6 +27,7 @@ def test_verdict_culprits_and_root(scenario, tmp_path, capsys):
     assert report["verdict"] == expected["verdict"], report["headline"]
     assert report["culprit_ranks"] == expected["culprit_ranks"], report["headline"]
     assert code == (0 if expected["verdict"] == "clean" else 1)
+    assert {f["kind"] for f in report["findings"]} <= set(FINDING_KINDS)
     roots = [f for f in report["findings"] if f["root_cause"]]
     if expected["root"] is None:
         assert roots == []

@@ -515,6 +515,9 @@ def _load_one(job: tuple[str, int]) -> CompactDump | DumpError:
         return DumpError(path, f"could not be read ({type(exc).__name__}: {_short(exc)}); please report this")
 
 
+_POOL_MIN_FILES = 16  # below this, starting worker processes costs more than it saves
+
+
 def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[CompactDump | DumpError]:
     """Results in job order; in worker processes when there is enough to share."""
     bar = None
@@ -523,7 +526,7 @@ def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iter
 
         bar = tqdm(total=len(jobs), desc="loading dumps", unit="file", file=sys.stderr, leave=False)
     try:
-        if workers <= 1 or len(jobs) < 4:
+        if workers <= 1 or len(jobs) < _POOL_MIN_FILES:
             for job in jobs:
                 yield _load_one(job)
                 if bar is not None:
