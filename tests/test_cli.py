@@ -155,7 +155,8 @@ def test_fixture_folders_run_strict_without_noise(capsys):
 def test_no_dump_names_exits_2(tmp_path, capsys):
     (tmp_path / "README").write_text("x")
     assert main(["-d", str(tmp_path)]) == 2
-    assert "no dump files" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no dump files" in err and "TORCH_FR_DUMP_DYNAMIC_FILE_NAME" in err
 
 
 def test_torchfrtrace_spellings_are_accepted(capsys):

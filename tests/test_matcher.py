@@ -248,3 +248,15 @@ def test_culprits_in_the_same_situation_share_one_clause():
     assert result.culprit_ranks == (1, 3, 5)
     assert result.headline == ("DESYNC: ranks 1,3,5 never joined all_reduce #4 of default_pg (5 ranks wait in it); "
                                "ranks 1,3,5 are in no collective: their last op, all_reduce #3 of default_pg, was joined by every member")
+
+
+def test_version_1_4_dumps_with_one_seq_counter_find_the_skipper():
+    def rank(r):
+        n = 4 if r == 2 else 5
+        return {"version": "1.4", "pg_config": {0: [0, 1, 2, 3]}, "entries": [
+            {"record_id": i, "seq_id": i + 1, "pg_id": 0, "op_id": i + 1, "profiling_name": "nccl:all_reduce",
+             "input_sizes": [[8]], "output_sizes": [[8]], "state": "completed" if i < n - 1 or r == 2 else "scheduled"}
+            for i in range(n)]}
+    result = run({r: rank(r) for r in range(4)})
+    assert result.verdict == "desync" and result.culprit_ranks == (2,)
+    assert result.findings[0].kind == "missing_ranks" and result.findings[0].collective_seq_id == 5

@@ -150,7 +150,9 @@ def run(options: Options) -> int:
     discovery = find_dump_files(options.trace_dir, options.prefix)
     if not discovery.files:
         hint = f" starting with {options.prefix!r}" if options.prefix else ""
-        raise UsageError(f"{options.trace_dir}: no dump files{hint} (names ending in a rank number); check the directory and --prefix")
+        dynamic = " (dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)" if discovery.ignored else ""
+        raise UsageError(f"{options.trace_dir}: no dump files{hint}, that is, no names ending in a rank number{dynamic}; "
+                         "check the directory and --prefix")
     loaded = load_dumps(discovery, progress=options.progress and len(discovery.files) > 8, workers=options.jobs)
     for item in loaded.skipped:
         print(f"frtrace: skipped {item.path}: {item.reason}", file=sys.stderr)
