@@ -251,11 +251,11 @@ class WaitGraph:
                 no_dump = [r for r in awaited if r not in self.dumps]
                 why = f"{ranks_word(no_dump)} left no readable dump" if no_dump else f"{ranks_word(awaited)}'s buffer no longer shows this group"
                 detail = f"{why}; {ranks_word(waiting)} wait in it"
-                if not any(self.tracking.get(r) for r in waiting):
-                    detail += " (the dumps do not record completion: this reads them as taken during a hang)"
             else:
                 lasts = "; ".join(f"rank {r}'s last op in {view.group.label} is #{view.known_last[r]}" for r in awaited[:4])
                 detail = f"{ranks_word(awaited)} never issued it; {ranks_word(view.issuers(key[2]))} did ({lasts})"
+            if not any(self.tracking.get(r) for r in waiting):
+                detail += " (the dumps do not record completion: this reads them as taken during a hang)"
             findings.append(Finding("missing_ranks", view.group, key[2], None, blocker.entry.op, awaited, view.group.ranks, detail))
         reported = {(f.group.key, f.collective_seq_id) for f in findings}
         for group_key, seq in frontier.items():
