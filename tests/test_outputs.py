@@ -144,6 +144,7 @@ def test_stats_match_hand_computed_numbers():
     assert (straggler.rank, straggler.times_last, straggler.collectives) == (1, 2, 2)
     assert straggler.median_late_ms == pytest.approx(0.75)  # behind the median of two: half of 1 and 2 ms, median
     assert stats.spreads_ms == (1.0, 2.0)
+    assert [(s.collective_seq_id, s.last_rank) for s in stats.spreads] == [(1, 1), (2, 1)]
 
 
 def test_stats_name_the_slow_rank_of_a_real_run(capsys):
@@ -153,6 +154,8 @@ def test_stats_name_the_slow_rank_of_a_real_run(capsys):
     first_row = table.splitlines()[3].split()
     assert first_row[0] == "2" and first_row[1] == "8/9"  # 8 all_reduces after a sleep; the barrier is on time
     assert float(first_row[2]) > 20  # it sleeps 30 ms
+    widest = out[out.index("Widest arrival spreads"):].splitlines()[3:11]
+    assert len(widest) == 8 and all(row.split()[-1] == "2" and float(row.split()[-2]) > 20 for row in widest)
 
 
 def test_impossible_arrivals_are_flagged_as_clock_skew():

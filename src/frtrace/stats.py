@@ -40,10 +40,23 @@ class Straggler:
 
 
 @dataclass(frozen=True, slots=True)
+class Spread:
+    group: str
+    collective_seq_id: int
+    op: str
+    spread_ms: float  # last arrival minus first
+    last_rank: int
+
+
+@dataclass(frozen=True, slots=True)
 class Stats:
     ops: tuple[OpStats, ...]
     stragglers: tuple[Straggler, ...]
-    spreads_ms: tuple[float, ...]  # arrival spread of every matched collective
+    spreads: tuple[Spread, ...]  # every matched collective, in group and seq order
+
+    @property
+    def spreads_ms(self) -> tuple[float, ...]:
+        return tuple(s.spread_ms for s in self.spreads)
 
 
 def _bytes(entry: Entry) -> int | None:
@@ -99,7 +112,8 @@ def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
             taking_part[r] += 1
         last = max(arrivals, key=arrivals.get)
         middle = statistics.median(arrivals.values())
-        spreads.append((max(arrivals.values()) - min(arrivals.values())) / 1e6)
+        spreads.append(Spread(check.group.label, check.collective_seq_id, check.entries[last][-1].op,
+                              (max(arrivals.values()) - min(arrivals.values())) / 1e6, last))
         last_counts[last].append((arrivals[last] - middle) / 1e6)
         # another member left the collective before `last` arrived: only a clock can do that
         left = [_left_at(unit, next_start) for r, unit in check.entries.items() if r != last]
@@ -150,7 +164,11 @@ def render_stats(stats: Stats, out: TextIO, top: int = 10) -> None:
              f"clock skew? arrived after a peer left, {s.impossible}x, by up to {s.skew_ms:.3f} ms" if s.impossible else ""]
             for s in stats.stragglers[:top]]
     print(tabulate(rows, headers=["rank", "last", "median late ms", "max late ms", "note"], tablefmt="simple"), file=out)
-    print(f"median arrival spread: {spread:.3f} ms over {len(stats.spreads_ms)} collectives", file=out)
+    print(f"median arrival spread: {spread:.3f} ms over {len(stats.spreads)} collectives", file=out)
+    widest = sorted(stats.spreads, key=lambda s: -s.spread_ms)[:top]
+    print("\nWidest arrival spreads", file=out)
+    print(tabulate([[s.group, f"#{s.collective_seq_id}", s.op, f"{s.spread_ms:.3f}", s.last_rank] for s in widest],
+                   headers=["group", "seq", "op", "spread ms", "last rank"], tablefmt="simple"), file=out)
     if spread < 1.0:
         print("note: spreads under a millisecond are within the usual clock difference between hosts (NTP keeps "
               "them about that close): they do not show a slow rank", file=out)
