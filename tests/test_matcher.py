@@ -260,3 +260,26 @@ def test_version_1_4_dumps_with_one_seq_counter_find_the_skipper():
     result = run({r: rank(r) for r in range(4)})
     assert result.verdict == "desync" and result.culprit_ranks == (2,)
     assert result.findings[0].kind == "missing_ranks" and result.findings[0].collective_seq_id == 5
+
+
+def test_in_a_cycle_the_other_ranks_show_which_op_comes_first():
+    """Rank 7 skips its tp op and goes on to world: seven ranks then wait for rank 6, stuck in tp.
+
+    'The op most ranks wait in' would blame rank 6; ranks 0-5 ran tp before world, so rank 7,
+    missing from the earlier op, is the skipper.
+    """
+    groups = {"0": ("default_pg", range(8)), **{str(1 + i): ("tp", (2 * i, 2 * i + 1)) for i in range(4)}}
+    dumps = {}
+    for r in range(8):
+        tp = str(1 + r // 2)
+        mine = []
+        for step in (1, 2, 3):
+            if not (r == 7 and step == 3):
+                mine.append(entry(pg=tp, desc="tp", seq=step))
+            mine.append(entry(seq=step))
+        if r == 6:
+            mine.pop()  # rank 6 is stuck in tp #3 and never reaches world #3
+        dumps[r] = nccl(mine, groups)
+    result = run(dumps)
+    assert result.culprit_ranks == (7,), result.headline
+    assert result.headline.startswith("DESYNC: rank 7 never joined all_reduce #3 of tp")

@@ -11,6 +11,9 @@ from .groups import GroupTable
 from .types import Dump, Entry, Finding, Group
 
 
+_NOT_REACHED = -1  # a rank's buffer ends before this op: it has not issued it yet
+
+
 @dataclass(frozen=True, slots=True)
 class Blocker:
     """Where a rank is blocked: its first op not completed, or (no completion data) its last op."""
@@ -225,19 +228,72 @@ class WaitGraph:
                 continue
             if not ops:
                 continue
-            # A cycle: ranks issued ops in different orders. The rank(s) missing from the op that
-            # most ranks wait in are the ones out of order.
-            ranked = sorted(ops, key=lambda k: len(self.waiters[k]), reverse=True)
-            if len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]]):
-                undecided.append(
-                    "; ".join(f"{ranks_word(self.waiters[k])} wait in {self.blocker_of_op[k].describe()} for {ranks_word(self.waits_on[k])}" for k in ranked)
-                    + ": they issued ops in different orders and no majority shows which order is right")
-                continue
-            top = ranked[0]
-            for rank in self.waits_on[top]:
+            # A cycle: ranks issued ops in different orders. The ranks missing from the op that
+            # comes first in the program skipped it and went on. Which comes first, the ranks
+            # outside the cycle show; where none can, the op most ranks wait in is taken as first.
+            first = self._first_in_program(ops, {n[1] for n in comp if n[0] == "rank"})
+            if first is None:
+                ranked = sorted(ops, key=lambda k: len(self.waiters[k]), reverse=True)
+                if len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]]):
+                    undecided.append(
+                        "; ".join(f"{ranks_word(self.waiters[k])} wait in {self.blocker_of_op[k].describe()} for "
+                                  f"{ranks_word(self.waits_on[k])}" for k in ranked)
+                        + ": they issued ops in different orders and no other rank shows which order is right")
+                    continue
+                first = ranked[0]
+            for rank in self.waits_on[first]:
                 if ("rank", rank) in members:
-                    found.append((rank, top))
+                    found.append((rank, first))
         return found, undecided
+
+    def _first_in_program(self, ops: list[tuple], cycle_ranks: set[int]) -> tuple | None:
+        """The op of a cycle that the other ranks' buffers show coming before all the others.
+
+        Ops are compared by class: the same seq in any group with the same desc and size (the
+        other TP or DP replicas run the same program). A rank outside the cycle that issued one
+        op and then the other, or issued one and has not reached the other, is a vote.
+        """
+        collectives = [k for k in ops if k[0] == "coll"]
+        if len(collectives) < 2:
+            return None
+        wins: dict[tuple, set[tuple]] = {k: set() for k in collectives}  # op -> ops it comes before
+        for a in collectives:
+            for b in collectives:
+                if a is b or b in wins[a] or a in wins[b]:
+                    continue
+                votes = 0
+                for rank in self.dumps:
+                    if rank in cycle_ranks:
+                        continue
+                    pos_a, pos_b = self._position(rank, a), self._position(rank, b)
+                    if pos_a is None or pos_b is None or (pos_a == _NOT_REACHED and pos_b == _NOT_REACHED):
+                        continue
+                    votes += 1 if pos_b == _NOT_REACHED or (pos_a != _NOT_REACHED and pos_a < pos_b) else -1
+                if votes > 0:
+                    wins[a].add(b)
+                elif votes < 0:
+                    wins[b].add(a)
+        firsts = [k for k in collectives if len(wins[k]) == len(collectives) - 1]
+        return firsts[0] if len(firsts) == 1 else None
+
+    def _position(self, rank: int, op: tuple) -> int | None:
+        """Where `rank` issued the op of this class: its buffer index, _NOT_REACHED, or None (unknown)."""
+        _, group, seq = op
+        for view in self._class_views(group):
+            if rank not in view.group.ranks:
+                continue
+            unit = view.by_seq.get(seq, {}).get(rank)
+            if unit is not None:
+                return unit[0].index
+            last = view.known_last.get(rank)
+            return _NOT_REACHED if last is not None and last < seq else None
+        return None
+
+    def _class_views(self, group: Group) -> list[GroupView]:
+        desc = group.desc
+        if not desc or desc == "undefined":
+            return [self.views[group.key]]
+        return [v for v in self.views.values() if v.group.desc == desc and len(v.group.ranks) == len(group.ranks)]
 
     def missing_findings(self, frontier: dict[tuple, int]) -> list[Finding]:
         findings = []
