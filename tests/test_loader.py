@@ -321,15 +321,16 @@ def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
     (tmp_path / "nccl_trace_rank_18").write_bytes(b"\x80\x04junk")
     (tmp_path / "nccl_trace_rank_19").write_bytes(pickle.dumps({"entries": [{"bad": 1}]}))
     serial = load(tmp_path)
+    from frtrace import loader
+
     pools = []
-    import concurrent.futures
+    real_workers = loader._in_workers
 
-    class CountingPool(concurrent.futures.ProcessPoolExecutor):
-        def __init__(self, *args, **kw):
-            pools.append(kw.get("max_workers"))
-            super().__init__(*args, **kw)
+    def counting(jobs, workers):
+        pools.append(workers)
+        return real_workers(jobs, workers)
 
-    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(loader, "_in_workers", counting)
     parallel = load_dumps(find_dump_files(str(tmp_path)), workers=2)
     assert pools == [2], "the worker pool was not used"
     assert parallel == serial

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 from collections import Counter
+from array import array
 from itertools import repeat
 from operator import attrgetter
 from typing import IO
@@ -16,6 +17,7 @@ from typing import IO
 from . import rules
 from .types import (
     Analysis,
+    CodedColumn,
     Database,
     DbCollective,
     DbFinding,
@@ -79,7 +81,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
             per_stack.append(by_text[text])
         traceback_of[rank] = tuple(per_stack)
 
-    rows = []
+    columns: list[list] = [[] for _ in DbCollective._fields]  # built by column: no row objects
     collective_of: dict[tuple[str, int], int] = {}  # (group id, seq) -> collective id
     rank_sets: dict[tuple, frozenset] = {}
     for check in analysis.checks:
@@ -101,9 +103,10 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
         expected = rank_sets.get(check.group.key)
         if expected is None:
             expected = rank_sets[check.group.key] = frozenset(check.group.ranks)
-        collective_of[(group_id, check.collective_seq_id)] = len(rows)
-        rows.append(DbCollective(
-            id=len(rows),
+        collective_id = len(columns[0])
+        collective_of[(group_id, check.collective_seq_id)] = collective_id
+        row = (DbCollective(
+            id=collective_id,
             group_id=group_id,
             pass_check=check.mismatch is None and not check.missing_ranks,
             collective_seq_id=check.collective_seq_id,
@@ -122,31 +125,52 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
             mismatch_collectives=mismatched or None,
             type_of_mismatch=check.mismatch,
         ))
-    collectives = Table.from_rows(DbCollective, rows)
+        for column, value in zip(columns, row):
+            column.append(value)
+    collectives = Table(DbCollective, columns)
 
-    # one call per entry of every rank, built a rank at a time by C-level maps over its entries
-    call_columns: list[list] = [[] for _ in NCCLCall._fields]
+    # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
+    # ints as typed arrays and repeated values as codes: a few bytes per call, not pointers
+    group_codes: dict[str, int] = {}
+    op_codes: dict[str, int] = {}
+    shape_codes: dict[tuple, int] = {}
+    collective_ids, group_column, ranks, traceback_ids, op_column, size_column = (
+        array("q"), array("I"), array("i"), array("q"), array("I"), array("I"))
     group_id_of = {(rank, name): ids[g.key] for (rank, name), g in _groups_by_rank(analysis).items()}
     for rank, dump in dumps.items():
         entries = dump.entries
         if not entries:
             continue
         name_of = {name: group_id_of.get((rank, name), name) for name in set(map(_pg_name, entries))}
+        for group_id in name_of.values():
+            group_codes.setdefault(group_id, len(group_codes))
+        code_of_name = {name: group_codes[group_id] for name, group_id in name_of.items()}
         names = list(map(name_of.__getitem__, map(_pg_name, entries)))
         seqs = map(_collective_seq, entries)  # p2p entries find no collective: -1
         traceback_id = dict(enumerate(traceback_of[rank]))
         traceback_id[-1] = -1
+        for op in set(map(_op, entries)):
+            op_codes.setdefault(op, len(op_codes))
         sizes = list(map(_input_sizes, entries))
         for shapes in set(sizes):
-            shared.shape_list(shapes)
-        call_columns[1].extend(map(collective_of.get, zip(names, seqs), repeat(-1)))
-        call_columns[2].extend(names)
-        call_columns[3].extend(repeat(rank, len(entries)))
-        call_columns[4].extend(map(traceback_id.__getitem__, map(_stack_id, entries)))
-        call_columns[5].extend(map(_op, entries))
-        call_columns[6].extend(map(shared.shapes.__getitem__, sizes))
-    call_columns[0] = range(len(call_columns[1]))
-    ncclcalls = Table(NCCLCall, call_columns)
+            if shapes not in shape_codes:
+                shape_codes[shapes] = len(shape_codes)
+                shared.shape_list(shapes)
+        collective_ids.extend(map(collective_of.get, zip(names, seqs), repeat(-1)))
+        group_column.extend(map(code_of_name.__getitem__, map(_pg_name, entries)))
+        ranks.extend(repeat(rank, len(entries)))
+        traceback_ids.extend(map(traceback_id.__getitem__, map(_stack_id, entries)))
+        op_column.extend(map(op_codes.__getitem__, map(_op, entries)))
+        size_column.extend(map(shape_codes.__getitem__, sizes))
+    ncclcalls = Table(NCCLCall, [
+        range(len(collective_ids)),
+        collective_ids,
+        CodedColumn(group_column, list(group_codes)),
+        ranks,
+        traceback_ids,
+        CodedColumn(op_column, list(op_codes)),
+        CodedColumn(size_column, [shared.shapes[s] for s in shape_codes]),
+    ])
 
     findings = Table.from_rows(DbFinding, (
         DbFinding(i, f.kind, ids[f.group.key], f.group.desc, f.collective_seq_id, f.p2p_seq_id, f.op,

@@ -13,6 +13,7 @@ import json
 import os
 import pickle
 import re
+import signal
 import stat
 import sys
 from collections.abc import Iterator
@@ -518,6 +519,60 @@ def _load_one(job: tuple[str, int]) -> CompactDump | DumpError:
 _POOL_MIN_FILES = 16  # below this, starting worker processes costs more than it saves
 
 
+def _worker(jobs: list[tuple[str, int]], connection) -> None:
+    """A worker process: its share of the files, each result sent back in order."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    try:
+        for job in jobs:
+            connection.send(_load_one(job))
+    except (BrokenPipeError, EOFError):  # the main process stopped listening
+        pass
+    finally:
+        connection.close()
+
+
+def _in_workers(jobs: list[tuple[str, int]], workers: int) -> Iterator[CompactDump | DumpError]:
+    """Results in job order from `workers` processes, worker i taking jobs i, i + n, i + 2n...
+
+    No shared queue or lock: each worker has its own pipe, so stopping early (Ctrl-C) is only
+    killing the workers, which cannot leave anything locked behind.
+    """
+    import multiprocessing
+    import threading
+
+    context = multiprocessing.get_context()
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    # Ctrl-C ignored while forking, so no child can catch one before it ignores it itself.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
+    processes, pipes = [], []
+    try:
+        for i in range(workers):
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=_worker, args=(jobs[i::workers], sender), daemon=True)
+            process.start()
+            sender.close()
+            processes.append(process)
+            pipes.append(receiver)
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
+    try:
+        for i in range(len(jobs)):
+            try:
+                yield pipes[i % workers].recv()
+            except EOFError:  # the worker died (killed, out of memory): its files count as unread
+                path, rank = jobs[i]
+                yield DumpError(path, "the worker process reading it died; run again with --jobs 1 to see why")
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+        for process in processes:
+            process.join()
+        for pipe in pipes:
+            pipe.close()
+
+
 def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[CompactDump | DumpError]:
     """Results in job order; in worker processes when there is enough to share."""
     bar = None
@@ -527,23 +582,13 @@ def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iter
         bar = tqdm(total=len(jobs), desc="loading dumps", unit="file", file=sys.stderr, leave=False)
     try:
         if workers <= 1 or len(jobs) < _POOL_MIN_FILES:
-            for job in jobs:
-                yield _load_one(job)
-                if bar is not None:
-                    bar.update()
-            return
-        from concurrent.futures import ProcessPoolExecutor
-
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)))
-        try:
-            for result in pool.map(_load_one, jobs, chunksize=max(1, min(16, len(jobs) // (workers * 8)))):
-                yield result
-                if bar is not None:
-                    bar.update()
-        except BaseException:  # Ctrl-C, or the caller stopped early: do not wait for the rest
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown()
+            results = map(_load_one, jobs)
+        else:
+            results = _in_workers(jobs, min(workers, len(jobs)))
+        for result in results:
+            yield result
+            if bar is not None:
+                bar.update()
     finally:
         if bar is not None:
             bar.close()

@@ -249,6 +249,30 @@ class DbFinding(NamedTuple):
     root_cause: bool
 
 
+class CodedColumn(Sequence):
+    """A column of few distinct values stored as small integer codes: 2 to 4 bytes a row."""
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self, codes: Sequence[int], values: list) -> None:
+        self.codes = codes
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self.values[c] for c in self.codes[index]]
+        return self.values[self.codes[index]]
+
+    def __iter__(self):
+        return map(self.values.__getitem__, self.codes)
+
+    def __reduce__(self):
+        return (CodedColumn, (self.codes, self.values))
+
+
 class Table(Sequence):
     """One database table: a read-only sequence of `row_type` NamedTuples, stored by column.
 
