@@ -22,13 +22,18 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
     culprit_entries: dict[int, Entry] = {}
     root_ids: set[int] = set()
     culprits: list[int] = []
+
+    def blame(chosen: list[Finding]) -> None:
+        """These findings are the root cause; their ranks the culprits."""
+        for finding in chosen:
+            root_ids.add(id(finding))
+            culprits.extend(finding.ranks)
+
     headline = ""
 
     if mismatches:
         first = min(mismatches, key=lambda f: _first_entry_index(f, checks))
-        for f in mismatches:
-            root_ids.add(id(f))
-            culprits.extend(f.ranks)
+        blame(mismatches)
         for rank in culprits:
             entry = _entry_at(checks, first, rank)
             if entry is not None:
@@ -64,16 +69,12 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
             root_ids.update(id(f) for f in undecided)
         elif others:
             verdict = "desync"
-            for f in others:
-                root_ids.add(id(f))
-                culprits.extend(f.ranks)
+            blame(others)
             f = others[0]
             headline = f"{f.kind.replace('_', ' ')} in {f.op} of {f.group.label}: {f.detail}"
         elif stuck:
             verdict = "stuck"
-            for f in stuck:
-                root_ids.add(id(f))
-                culprits.extend(f.ranks)
+            blame(stuck)
             f = stuck[0]
             headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} members "
                         f"but never completed on {ranks_word(f.ranks)}: the hang is below PyTorch (network, NCCL or hardware)")
