@@ -202,9 +202,14 @@ def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "frtrace", "-d", str(data), "-o", str(out / "db.pkl"),
                                 "--json", str(out / "r.json"), "--jobs", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    time.sleep(0.5)  # loading 128 ranks takes seconds
-    os.killpg(process.pid, signal.SIGINT)  # as a terminal does: the whole process group
-    stdout, stderr = process.communicate(timeout=60)
+    try:
+        time.sleep(0.5)  # loading 128 ranks takes seconds
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal does: the whole process group
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:  # hung: do not leave it behind
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
     assert process.returncode == 130, (stdout, stderr)
     assert stderr.strip().splitlines()[-1] == "frtrace: interrupted; no output file was written or changed"
     assert "Traceback" not in stderr

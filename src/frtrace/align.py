@@ -8,6 +8,7 @@ ring buffer)."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -65,9 +66,10 @@ class P2POp:
 
 @dataclass(slots=True)
 class Track:
-    """One rank's ops in one group, in buffer order. `units` is emptied once the group indexed it."""
+    """One rank's ops in one group: its p2p ops in buffer order and the range of its collectives.
 
-    units: dict[int, UnitEntries] = field(default_factory=dict)
+    The collectives themselves go straight into the group's index (see build_tracks)."""
+
     p2p: list[P2POp] = field(default_factory=list)
     first_seq: int | None = None
     last_seq: int = 0
@@ -99,8 +101,14 @@ def tracks_completion(dump: Dump) -> bool:
     return any(e.backend in _TRACKING_BACKENDS or e.state in ("completed", "started") for e in dump.entries)
 
 
-def build_tracks(dump: Dump, table: GroupTable) -> tuple[dict[tuple, Track], list[str]]:
-    """Split one rank's entries by group into units (coalesced groups joined) and p2p ops."""
+GroupIndex = dict  # group -> {seq: {rank: unit}}: the one copy of every unit
+
+
+def build_tracks(dump: Dump, table: GroupTable, index: GroupIndex) -> tuple[dict[tuple, Track], list[str]]:
+    """Split one rank's entries by group into units (coalesced groups joined) and p2p ops.
+
+    Units are added to `index`, shared by all ranks, as each rank is read: no rank keeps a copy.
+    """
     notes: list[str] = []
     group_of = {name: table.group_of(dump.rank, name) for name in {e.pg_name for e in dump.entries}}
     pending: dict[tuple, dict[int, list[Entry]]] = {}
@@ -145,11 +153,21 @@ def build_tracks(dump: Dump, table: GroupTable) -> tuple[dict[tuple, Track], lis
         prev_was_p2p[key] = False
 
     tracks: dict[tuple, Track] = defaultdict(Track)
+    rank = dump.rank
     for key, by_seq in pending.items():
+        position = bisect_left(key.ranks, rank)
+        if position == len(key.ranks) or key.ranks[position] != rank:
+            continue  # a config naming a group without this rank in it: not a member's ops
         track = tracks[key]
-        track.units = {seq: tuple(entries) for seq, entries in by_seq.items()}
         track.first_seq = next(iter(by_seq))
         track.last_seq = max(by_seq)
+        group_index = index.setdefault(key, {})
+        for seq, entries in by_seq.items():
+            found = group_index.get(seq)
+            if found is None:
+                group_index[seq] = {rank: tuple(entries)}
+            else:
+                found[rank] = tuple(entries)
     for key, ops in p2p.items():
         states = batch_state.get(key, {})
         tracks[key].p2p = [P2POp(e, kind, src, dst, states.get(e.p2p_seq_id, e.state)) for e, kind, src, dst in ops]
@@ -159,7 +177,8 @@ def build_tracks(dump: Dump, table: GroupTable) -> tuple[dict[tuple, Track], lis
 class GroupView:
     """Everything known about one group: each member's track and status per sequence id."""
 
-    def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump]) -> None:
+    def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump],
+                 by_seq: dict[int, dict[int, UnitEntries]]) -> None:
         self.group = group
         self.tracks = tracks
         self.size = len(group.ranks)
@@ -177,19 +196,12 @@ class GroupView:
             else:
                 self.unknown.add(rank)
         self.cut: dict[int, int] = {}  # a wrapped buffer's first unit may be a cut coalesced group
-        # seq -> {rank: unit}: the one copy of the units, shared with the CollectiveChecks
-        self.by_seq: dict[int, dict[int, UnitEntries]] = {}
         for rank, track in tracks.items():
             dump = dumps.get(rank)
             if dump is not None and dump.wrapped and track.first_seq is not None:
                 self.cut[rank] = track.first_seq
-            for seq, unit in track.units.items():
-                found = self.by_seq.get(seq)
-                if found is None:
-                    self.by_seq[seq] = {rank: unit}
-                else:
-                    found[rank] = unit
-            track.units = {}
+        # seq -> {rank: unit}, shared with the CollectiveChecks
+        self.by_seq = by_seq
 
     def issuers(self, seq: int) -> dict[int, UnitEntries]:
         return self.by_seq.get(seq, {})

@@ -29,8 +29,9 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     """
     notes = [*notes, *table.warnings]
     tracks_by_rank: dict[int, dict[tuple, Track]] = {}
+    index: dict = {}
     for rank, dump in dumps.items():
-        tracks_by_rank[rank], rank_notes = build_tracks(dump, table)
+        tracks_by_rank[rank], rank_notes = build_tracks(dump, table, index)
         notes.extend(rank_notes)
         notes.extend(f"{dump.path}: {n}" for n in dump.notes)
     tracking = {rank: tracks_completion(dump) for rank, dump in dumps.items()}
@@ -39,7 +40,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     views: dict[tuple, GroupView] = {}
     for group in table.groups:
         members = {r: tracks_by_rank[r][group.key] for r in group.ranks if r in tracks_by_rank and group.key in tracks_by_rank[r]}
-        views[group.key] = GroupView(group, members, dumps)
+        views[group.key] = GroupView(group, members, dumps, index.get(group.key, {}))
     siblings: dict[tuple, list[GroupView]] = defaultdict(list)
     for view in views.values():
         desc = view.group.desc
