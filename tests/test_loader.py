@@ -306,10 +306,10 @@ REAL_DUMPS = sorted(p for p in FIXTURES.glob("*/*") if p.name.startswith(("nccl_
 
 @pytest.mark.parametrize("path", REAL_DUMPS, ids=[f"{p.parent.name}/{p.name}" for p in REAL_DUMPS])
 def test_fast_and_careful_paths_read_the_same_entries(path, monkeypatch):
-    from frtrace import loader
+    from frtrace import fastpath
 
     fast = read_dump(str(path), 0)
-    monkeypatch.setattr(loader, "_fast_columns", lambda raw_entries, normalizer: None)
+    monkeypatch.setattr(fastpath, "fast_columns", lambda raw_entries, stacks: None)
     careful = read_dump(str(path), 0)
     assert fast.entries and fast.entries == careful.entries
     assert fast.stacks == careful.stacks
@@ -321,16 +321,16 @@ def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
     (tmp_path / "nccl_trace_rank_18").write_bytes(b"\x80\x04junk")
     (tmp_path / "nccl_trace_rank_19").write_bytes(pickle.dumps({"entries": [{"bad": 1}]}))
     serial = load(tmp_path)
-    from frtrace import loader
+    from frtrace import workers as worker_processes
 
     pools = []
-    real_workers = loader._in_workers
+    real_workers = worker_processes.in_workers
 
-    def counting(jobs, workers):
+    def counting(load, jobs, workers):
         pools.append(workers)
-        return real_workers(jobs, workers)
+        return real_workers(load, jobs, workers)
 
-    monkeypatch.setattr(loader, "_in_workers", counting)
+    monkeypatch.setattr(worker_processes, "in_workers", counting)
     parallel = load_dumps(find_dump_files(str(tmp_path)), workers=2)
     assert pools == [2], "the worker pool was not used"
     assert parallel == serial

@@ -8,8 +8,8 @@ NamedTuple rows from frtrace.types, stored by column, so loading the pickle need
 from __future__ import annotations
 
 import pickle
-from collections import Counter
 from array import array
+from collections import Counter
 from itertools import repeat
 from operator import attrgetter
 from typing import IO

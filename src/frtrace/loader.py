@@ -13,26 +13,22 @@ import json
 import os
 import pickle
 import re
-import signal
 import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import repeat
-from operator import itemgetter, methodcaller
 from typing import Any
 
+from . import fastpath
+from . import workers as worker_processes
 from .discover import Discovery, DumpFile
 from .errors import DumpError, display_path
+from .fastpath import DTYPE_NAMES
 from .types import ENTRY_FIELDS, Dump, Entry, Frame, GroupConfig, LoadResult, SkippedFile
 
 _P2P_PREFIXES = ("send", "recv")
-_DTYPE_NAMES = {
-    "float": "Float", "double": "Double", "half": "Half", "bfloat16": "BFloat16", "c10::bfloat16": "BFloat16",
-    "c10::half": "Half", "int": "Int", "long": "Long", "short": "Short", "char": "Char", "bool": "Bool",
-    "unsigned char": "Byte", "signed char": "Char", "int64_t": "Long", "int32_t": "Int", "uint8_t": "Byte",
-}
 _RANKS_TEXT = re.compile(r"^\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]$")
 
 
@@ -169,7 +165,7 @@ class _Normalizer:
             return cached
         if not isinstance(value, (list, tuple)) or not all(isinstance(d, str) for d in value):
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of dtype names belongs")
-        result = tuple(sys.intern(_DTYPE_NAMES.get(d.lower(), d)) for d in value)
+        result = tuple(sys.intern(DTYPE_NAMES.get(d.lower(), d)) for d in value)
         if cache_key is not None:
             self.shapes[cache_key] = result
         return result
@@ -330,7 +326,7 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
     else:
         raise DumpError(path, f"holds {type(raw).__name__} {_shown(raw)}, not a Flight Recorder dump; leave it out")
 
-    fast = _fast_columns(raw_entries, normalizer)
+    fast = fastpath.fast_columns(raw_entries, normalizer.stacks)
     if fast is not None:
         columns, stacks = fast
     else:
@@ -380,124 +376,6 @@ def _build_dump(part: CompactDump, configs: dict[GroupConfig, GroupConfig] | Non
     return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes)
 
 
-# The fast path. Entries of one dump repeat the same few groups, ops, shapes and dtypes, so every
-# field of every entry is fetched at C speed (itemgetter over the list), and validation and
-# interning run once per distinct value, not once per entry. Any irregularity (a missing key, an
-# odd type, an old format) returns None, and the careful path reads the dump field by field.
-_FAST_KEYS = ("record_id", "process_group", "collective_seq_id", "p2p_seq_id", "profiling_name",
-              "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "state", "is_p2p")
-_FAST_OPTIONAL = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "frames")
-_fetch = itemgetter(*_FAST_KEYS)
-_INT = {int}
-_OPTIONAL_INT = {int, type(None)}
-_NUMBER = {int, float, type(None)}
-_frame_fields = itemgetter("name", "filename", "line")
-
-
-def _shape_key(shapes: Any) -> tuple:
-    return tuple(map(tuple, shapes))
-
-
-def _fast_columns(raw_entries: list, normalizer: "_Normalizer"):
-    if not raw_entries:
-        return ((),) * (len(ENTRY_FIELDS) - 2), ()
-    try:
-        rows = list(map(_fetch, raw_entries))
-        optional = [list(map(methodcaller("get", key), raw_entries)) for key in _FAST_OPTIONAL]
-    except (KeyError, TypeError, AttributeError):
-        return None
-    (record_ids, groups, coll_seqs, p2p_seqs, names, sizes_in, sizes_out,
-     dtypes_in, dtypes_out, states, p2p_flags) = zip(*rows)
-    created, started, completed, durations, frames = optional
-
-    if not (set(map(type, coll_seqs)) <= _INT and set(map(type, p2p_seqs)) <= _INT
-            and set(map(type, record_ids)) <= _OPTIONAL_INT and set(map(type, p2p_flags)) <= {bool}
-            and set(map(type, created)) <= _OPTIONAL_INT and set(map(type, started)) <= _OPTIONAL_INT
-            and set(map(type, completed)) <= _OPTIONAL_INT and set(map(type, durations)) <= _NUMBER
-            and set(map(type, names)) <= {str} and set(map(type, states)) <= {str}):
-        return None
-    try:
-        groups = list(map(tuple, groups))
-        shapes_in = list(map(_shape_key, sizes_in))
-        shapes_out = list(map(_shape_key, sizes_out))
-        types_in = list(map(tuple, dtypes_in))
-        types_out = list(map(tuple, dtypes_out))
-        distinct_shapes = set(shapes_in) | set(shapes_out)
-        distinct_types = set(types_in) | set(types_out)
-        distinct_groups = set(groups)
-    except TypeError:  # something unhashable or not a sequence
-        return None
-    if not all(type(d) is int for shape_list in distinct_shapes for shape in shape_list for d in shape):
-        return None
-    if not all(type(d) is str for dtype_list in distinct_types for d in dtype_list):
-        return None
-    if not all(len(g) == 2 and type(g[0]) is str and type(g[1]) is str for g in distinct_groups):
-        return None
-    if any(isinstance(s, str) for s in sizes_in + sizes_out):  # a string is a sequence too
-        return None
-
-    shape_of = {s: s for s in distinct_shapes}
-    dtype_of = {t: tuple(sys.intern(_DTYPE_NAMES.get(d.lower(), d)) for d in t) for t in distinct_types}
-    group_of = {g: (sys.intern(g[0]), sys.intern(g[1])) for g in distinct_groups}
-    name_of = {}
-    for name in set(names):
-        backend, sep, op = name.partition(":")
-        name_of[name] = (sys.intern(backend), sys.intern(op.strip())) if sep else ("", sys.intern(name.strip()))
-    stack_ids = _fast_stacks(frames, normalizer)
-    if stack_ids is None:
-        return None
-
-    pg = list(map(group_of.__getitem__, groups))
-    op = list(map(name_of.__getitem__, names))
-    columns = (
-        record_ids,
-        tuple(g[0] for g in pg),
-        tuple(g[1] for g in pg),
-        coll_seqs,
-        p2p_seqs,
-        tuple(o[1] for o in op),
-        tuple(o[0] for o in op),
-        tuple(map(shape_of.__getitem__, shapes_in)),
-        tuple(map(shape_of.__getitem__, shapes_out)),
-        tuple(map(dtype_of.__getitem__, types_in)),
-        tuple(map(dtype_of.__getitem__, types_out)),
-        tuple(map(sys.intern, states)),
-        p2p_flags,
-        tuple(v or None for v in created),
-        tuple(v or None for v in started),  # JSON writes 0 for unset
-        tuple(v or None for v in completed),
-        tuple(None if v is None else float(v) for v in durations),
-        stack_ids,
-    )
-    stacks = tuple(stack for stack, _ in sorted(normalizer.stacks.items(), key=lambda item: item[1]))
-    return columns, stacks
-
-
-def _fast_stacks(frames: list, normalizer: "_Normalizer") -> tuple | None:
-    by_object: dict[int, int] = {}  # pickles share one frames list between entries: key on it
-    by_fields: dict[tuple, int] = {}
-    ids = []
-    for frame_list in frames:
-        if not frame_list:
-            ids.append(-1)
-            continue
-        known = by_object.get(id(frame_list))
-        if known is None:
-            if type(frame_list) is not list:
-                return None
-            try:
-                fields = tuple(map(_frame_fields, frame_list))
-            except (KeyError, TypeError):
-                return None
-            known = by_fields.get(fields)
-            if known is None:
-                stack = tuple(Frame(str(n), str(f), ln if type(ln) is int else 0) for n, f, ln in fields)
-                known = by_fields[fields] = normalizer.stacks.setdefault(stack, len(normalizer.stacks))
-            by_object[id(frame_list)] = known
-        ids.append(known)
-    return tuple(ids)
-
-
 def read_dump(path: str, rank: int) -> Dump:
     """Read and normalize one dump file; DumpError names the file and what to do."""
     raw, file_format = read_raw(path)
@@ -519,60 +397,6 @@ def _load_one(job: tuple[str, int]) -> CompactDump | DumpError:
 _POOL_MIN_FILES = 16  # below this, starting worker processes costs more than it saves
 
 
-def _worker(jobs: list[tuple[str, int]], connection) -> None:
-    """A worker process: its share of the files, each result sent back in order."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
-    try:
-        for job in jobs:
-            connection.send(_load_one(job))
-    except (BrokenPipeError, EOFError):  # the main process stopped listening
-        pass
-    finally:
-        connection.close()
-
-
-def _in_workers(jobs: list[tuple[str, int]], workers: int) -> Iterator[CompactDump | DumpError]:
-    """Results in job order from `workers` processes, worker i taking jobs i, i + n, i + 2n...
-
-    No shared queue or lock: each worker has its own pipe, so stopping early (Ctrl-C) is only
-    killing the workers, which cannot leave anything locked behind.
-    """
-    import multiprocessing
-    import threading
-
-    context = multiprocessing.get_context()
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    # Ctrl-C ignored while forking, so no child can catch one before it ignores it itself.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
-    processes, pipes = [], []
-    try:
-        for i in range(workers):
-            receiver, sender = context.Pipe(duplex=False)
-            process = context.Process(target=_worker, args=(jobs[i::workers], sender), daemon=True)
-            process.start()
-            sender.close()
-            processes.append(process)
-            pipes.append(receiver)
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGINT, previous)
-    try:
-        for i in range(len(jobs)):
-            try:
-                yield pipes[i % workers].recv()
-            except EOFError:  # the worker died (killed, out of memory): its files count as unread
-                path, rank = jobs[i]
-                yield DumpError(path, "the worker process reading it died; run again with --jobs 1 to see why")
-    finally:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-        for process in processes:
-            process.join()
-        for pipe in pipes:
-            pipe.close()
-
-
 def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[CompactDump | DumpError]:
     """Results in job order; in worker processes when there is enough to share."""
     bar = None
@@ -584,7 +408,7 @@ def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iter
         if workers <= 1 or len(jobs) < _POOL_MIN_FILES:
             results = map(_load_one, jobs)
         else:
-            results = _in_workers(jobs, min(workers, len(jobs)))
+            results = worker_processes.in_workers(_load_one, jobs, min(workers, len(jobs)))
         for result in results:
             yield result
             if bar is not None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO
-from collections.abc import Iterator
 
 from .errors import OutputError, display_path
 

@@ -7,8 +7,8 @@ from typing import Any, TextIO
 
 from tabulate import tabulate
 
-from .groups import GroupTable
 from .align import format_ranks
+from .groups import GroupTable
 from .types import Analysis, Dump, Finding, SkippedFile
 
 

@@ -10,7 +10,6 @@ from .align import GroupView, P2POp, Track, ranks_word, unit_label, unit_state
 from .groups import GroupTable
 from .types import Dump, Entry, Finding, Group
 
-
 _NOT_REACHED = -1  # a rank's buffer ends before this op: it has not issued it yet
 
 
