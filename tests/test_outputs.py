@@ -170,3 +170,14 @@ def test_impossible_arrivals_are_flagged_as_clock_skew():
     out = io.StringIO()
     render_stats(stats, out)
     assert "clock skew" in out.getvalue() and "ranks 1 'arrive'" in out.getvalue()
+
+
+def test_sqlite_entries_carry_their_own_stack(sqlite_db):
+    connection = sqlite_db("skip_goes_on")
+    dumps, _, _ = analysed("skip_goes_on")
+    rows = connection.execute("SELECT e.rank, e.idx, t.frames FROM entries e JOIN tracebacks t ON t.id = e.traceback_id").fetchall()
+    assert len(rows) == sum(len(d.entries) for d in dumps.values())
+    for rank, idx, frames in rows[::7]:
+        entry = dumps[rank].entries[idx]
+        first = dumps[rank].stacks[entry.stack_id][0]
+        assert frames.splitlines()[0] == f"{first.name} at {first.filename}:{first.line}"

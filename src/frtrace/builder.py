@@ -33,6 +33,11 @@ from .types import (
 DB_TYPES = [Database, NCCLCall, DbCollective, Traceback, Membership, DbGroup, DbFinding]
 
 
+def frames_text(stack) -> str:
+    """A stack as the tracebacks table stores it: one `name at file:line` per line."""
+    return "\n".join(f"{f.name} at {f.filename}:{f.line}" for f in stack)
+
+
 def group_ids(groups: tuple[Group, ...]) -> dict[tuple, str]:
     """A DB id per group: its name, or name:ranks where split_group reused the name."""
     names = Counter(g.name for g in groups)
@@ -74,7 +79,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
     for rank, dump in dumps.items():
         per_stack = []
         for stack in dump.stacks:
-            text = "\n".join(f"{f.name} at {f.filename}:{f.line}" for f in stack)
+            text = frames_text(stack)
             if text not in by_text:
                 by_text[text] = len(traceback_rows)
                 traceback_rows.append(Traceback(len(traceback_rows), text))

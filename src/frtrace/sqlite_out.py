@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from .builder import group_ids
+from .builder import frames_text, group_ids
 from .groups import GroupTable
 from .types import Database, Dump
 
@@ -69,15 +69,15 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
             "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((f.id, f.kind, f.group_id, f.pg_desc, f.collective_seq_id, f.p2p_seq_id, f.op, _json(f.ranks),
               _json(f.expected_ranks), f.detail, int(f.root_cause)) for f in db.findings))
-        # ncclcalls holds one call per entry, in the same order: it has each entry's traceback id
-        calls = iter(db.ncclcalls.column("traceback_id"))
+        by_text = {t.frames: t.id for t in db.tracebacks}
+        traceback_of = {rank: [by_text[frames_text(stack)] for stack in dump.stacks] for rank, dump in dumps.items()}
         connection.executemany(
             "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((e.rank, e.index, e.record_id, ids[g.key] if (g := table.group_of(e.rank, e.pg_name)) else e.pg_name,
               e.pg_name, e.pg_desc, None if e.is_p2p else e.collective_seq_id, e.p2p_seq_id if e.is_p2p else None,
               e.op, e.backend, _json(e.input_sizes), _json(e.output_sizes), _json(e.input_dtypes), _json(e.output_dtypes),
               e.state, int(e.is_p2p), e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.duration_ms,
-              (t if (t := next(calls)) >= 0 else None))
+              traceback_of[e.rank][e.stack_id] if e.stack_id >= 0 else None)
              for dump in dumps.values() for e in dump.entries))
         connection.executescript(INDEXES)
         connection.commit()
