@@ -20,6 +20,17 @@ DTYPE_NAMES = {
     "unsigned char": "Byte", "signed char": "Char", "int64_t": "Long", "int32_t": "Int", "uint8_t": "Byte",
 }
 
+def split_profiling_name(name: str) -> tuple[str, str]:
+    """"nccl:all_reduce" -> ("nccl", "all_reduce"); a name without a backend prefix -> ("", name)."""
+    backend, sep, op = name.partition(":")
+    return (sys.intern(backend), sys.intern(op.strip())) if sep else ("", sys.intern(name.strip()))
+
+
+def dtype_name(raw: str) -> str:
+    """Version 2.0 wrote C++ names ("float"); later ones "Float". One spelling for both."""
+    return sys.intern(DTYPE_NAMES.get(raw.lower(), raw))
+
+
 _FAST_KEYS = ("record_id", "process_group", "collective_seq_id", "p2p_seq_id", "profiling_name",
               "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "state", "is_p2p")
 _FAST_OPTIONAL = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "frames")
@@ -35,10 +46,10 @@ def _shape_key(shapes: Any) -> tuple:
 
 
 def fast_columns(raw_entries: list, stacks: dict[tuple[Frame, ...], int]):
-    """Columns of one dump's entries (after rank and index) and its stacks; None where the dump is
-    not regular enough, and the careful path must read it."""
+    """Columns of one dump's entries (after rank and index), its stacks added to `stacks`; None
+    where the dump is not regular enough, and the careful path must read it."""
     if not raw_entries:
-        return ((),) * (len(ENTRY_FIELDS) - 2), ()
+        return ((),) * (len(ENTRY_FIELDS) - 2)
     try:
         rows = list(map(_fetch, raw_entries))
         optional = [list(map(methodcaller("get", key), raw_entries)) for key in _FAST_OPTIONAL]
@@ -75,12 +86,9 @@ def fast_columns(raw_entries: list, stacks: dict[tuple[Frame, ...], int]):
         return None
 
     shape_of = {s: s for s in distinct_shapes}
-    dtype_of = {t: tuple(sys.intern(DTYPE_NAMES.get(d.lower(), d)) for d in t) for t in distinct_types}
+    dtype_of = {t: tuple(map(dtype_name, t)) for t in distinct_types}
     group_of = {g: (sys.intern(g[0]), sys.intern(g[1])) for g in distinct_groups}
-    name_of = {}
-    for name in set(names):
-        backend, sep, op = name.partition(":")
-        name_of[name] = (sys.intern(backend), sys.intern(op.strip())) if sep else ("", sys.intern(name.strip()))
+    name_of = {name: split_profiling_name(name) for name in set(names)}
     stack_ids = _fast_stacks(frames, stacks)
     if stack_ids is None:
         return None
@@ -107,7 +115,7 @@ def fast_columns(raw_entries: list, stacks: dict[tuple[Frame, ...], int]):
         tuple(None if v is None else float(v) for v in durations),
         stack_ids,
     )
-    return columns, tuple(stack for stack, _ in sorted(stacks.items(), key=lambda item: item[1]))
+    return columns
 
 
 def _fast_stacks(frames: list, stacks: dict[tuple[Frame, ...], int]) -> tuple | None:

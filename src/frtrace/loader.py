@@ -25,7 +25,7 @@ from . import fastpath
 from . import workers as worker_processes
 from .discover import Discovery, DumpFile
 from .errors import DumpError, display_path
-from .fastpath import DTYPE_NAMES
+from .fastpath import dtype_name, split_profiling_name
 from .types import ENTRY_FIELDS, Dump, Entry, Frame, GroupConfig, LoadResult, SkippedFile
 
 _P2P_PREFIXES = ("send", "recv")
@@ -165,7 +165,7 @@ class _Normalizer:
             return cached
         if not isinstance(value, (list, tuple)) or not all(isinstance(d, str) for d in value):
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of dtype names belongs")
-        result = tuple(sys.intern(DTYPE_NAMES.get(d.lower(), d)) for d in value)
+        result = tuple(map(dtype_name, value))
         if cache_key is not None:
             self.shapes[cache_key] = result
         return result
@@ -186,12 +186,7 @@ class _Normalizer:
         where = f"entry {index}"
         if not isinstance(raw, dict):
             raise _BadEntry(f"{where} is {_shown(raw)} where a dict belongs")
-        name = self.text(raw, "profiling_name", where, "")
-        backend, sep, op = name.partition(":")
-        if not sep:
-            backend, op = "", name
-        op = sys.intern(op.strip())
-        backend = sys.intern(backend)
+        backend, op = split_profiling_name(self.text(raw, "profiling_name", where, ""))
         is_p2p = raw.get("is_p2p")
         if not isinstance(is_p2p, bool):
             is_p2p = op.startswith(_P2P_PREFIXES)
@@ -326,16 +321,15 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
     else:
         raise DumpError(path, f"holds {type(raw).__name__} {_shown(raw)}, not a Flight Recorder dump; leave it out")
 
-    fast = fastpath.fast_columns(raw_entries, normalizer.stacks)
-    if fast is not None:
-        columns, stacks = fast
-    else:
+    columns = fastpath.fast_columns(raw_entries, normalizer.stacks)
+    if columns is None:
+        normalizer.stacks.clear()  # the fast path may have stopped half way through the frames
         try:
             entries = [normalizer.entry(e, i) for i, e in enumerate(raw_entries)]
         except _BadEntry as exc:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
         columns = tuple(zip(*entries))[2:] if entries else ((),) * (len(ENTRY_FIELDS) - 2)
-        stacks = tuple(stack for stack, _ in sorted(normalizer.stacks.items(), key=lambda item: item[1]))
+    stacks = tuple(normalizer.stacks)  # stack ids were given in insertion order
     return CompactDump(rank, path, file_format, version, columns, len(raw_entries),
                        normalizer.group_configs(raw_configs), stacks, tuple(normalizer.notes))
 
