@@ -79,6 +79,18 @@ def test_trace_with_completion_times_uses_them(tmp_path):
     assert done["dur"] == pytest.approx(490.0)  # started +10 us, completed +500 us in the generator
 
 
+def test_trace_of_nccl_dumps_where_nothing_completed_yet_shows_every_op_stuck(tmp_path):
+    # NCCL records completion even when no op has completed yet: nothing here ended
+    dumps = {r: make_dump([entry(seq=s, backend="nccl", state="scheduled") for s in (1, 2)]) for r in range(2)}
+    from conftest import write_dumps
+
+    write_dumps(tmp_path / "d", dumps)
+    path = tmp_path / "trace.json"
+    main(["-d", str(tmp_path / "d"), "--chrome-trace", str(path)])
+    spans = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == 4 and {e["cat"] for e in spans} == {"not_completed"}
+
+
 # ---------------------------------------------------------------------------- SQLite
 def readme_queries() -> dict[str, str]:
     text = README.read_text()

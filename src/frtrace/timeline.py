@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterator
 from typing import TextIO
 
+from .align import tracks_completion
 from .groups import GroupTable
 from .types import Analysis, Dump, Entry
 
@@ -33,7 +34,7 @@ def _events(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable) -> It
         yield {"name": "process_name", "ph": "M", "pid": rank, "args": {"name": f"rank {rank}"}}
         yield {"name": "process_sort_index", "ph": "M", "pid": rank, "args": {"sort_index": rank}}
         named: set[int] = set()
-        tracks = any(e.state in ("completed", "started") for e in dump.entries)
+        tracks = tracks_completion(dump)  # the matcher's rule, so the picture agrees with the verdict
         entries = dump.entries
         for i, entry in enumerate(entries):
             group = table.group_of(rank, entry.pg_name)
