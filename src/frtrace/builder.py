@@ -15,6 +15,7 @@ from operator import attrgetter
 from typing import IO
 
 from . import rules
+from .groups import GroupTable
 from .types import (
     Analysis,
     CodedColumn,
@@ -66,7 +67,7 @@ class _Shared:
         return found
 
 
-def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
+def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable) -> Database:
     """Flatten an Analysis (and the dumps' entries and stacks) into the database's tables."""
     ids = group_ids(analysis.groups)
     shared = _Shared()
@@ -141,7 +142,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump]) -> Database:
     shape_codes: dict[tuple, int] = {}
     collective_ids, group_column, ranks, traceback_ids, op_column, size_column = (
         array("q"), array("I"), array("i"), array("q"), array("I"), array("I"))
-    group_id_of = {(rank, name): ids[g.key] for (rank, name), g in _groups_by_rank(analysis).items()}
+    group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
     for rank, dump in dumps.items():
         entries = dump.entries
         if not entries:
@@ -193,10 +194,6 @@ _input_sizes = attrgetter("input_sizes")
 
 def _collective_seq(entry) -> int | None:
     return None if entry.is_p2p else entry.collective_seq_id
-
-
-def _groups_by_rank(analysis: Analysis) -> dict[tuple[int, str], Group]:
-    return {(rank, g.name): g for g in analysis.groups for rank in g.ranks}
 
 
 def write_database(db: Database, handle: IO[bytes]) -> None:

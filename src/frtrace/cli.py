@@ -166,7 +166,7 @@ def run(options: Options) -> int:
 
     analysis = analyze(loaded.dumps, table, notes=loaded.notes)
     if options.output or options.sqlite:
-        db = build_database(analysis, loaded.dumps)
+        db = build_database(analysis, loaded.dumps, table)
         if options.output:
             write_atomically(options.output, "database", lambda f: write_database(db, f), binary=True)
         if options.sqlite:
