@@ -112,12 +112,11 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
 class WaitGraph:
     """Who waits for whom: rank -> the op it is blocked in -> the members that never issued it."""
 
-    def __init__(self, views, blockers, unmatched, dumps, tracking, tracks_by_rank) -> None:
+    def __init__(self, views, blockers, unmatched, dumps, tracking) -> None:
         self.views = views
         self.blockers: dict[int, Blocker | None] = blockers
         self.dumps = dumps
         self.tracking = tracking
-        self.tracks_by_rank = tracks_by_rank
         self.waits_on: dict[tuple, tuple[int, ...]] = {}  # op key -> ranks it waits for
         self.weak: set[tuple] = set()  # op keys whose awaited ranks are only possibly missing
         self.op_of: dict[int, tuple] = {}  # rank -> op key it is blocked in
