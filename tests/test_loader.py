@@ -309,7 +309,7 @@ def test_fast_and_careful_paths_read_the_same_entries(path, monkeypatch):
     from frtrace import fastpath
 
     fast = read_dump(str(path), 0)
-    monkeypatch.setattr(fastpath, "fast_columns", lambda raw_entries, stacks: None)
+    monkeypatch.setattr(fastpath, "fast_columns", lambda raw_entries, rank, stacks: None)
     careful = read_dump(str(path), 0)
     assert fast.entries and fast.entries == careful.entries
     assert fast.stacks == careful.stacks

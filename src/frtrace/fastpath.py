@@ -8,11 +8,14 @@ returns None, and the loader's careful path reads the dump field by field.
 
 from __future__ import annotations
 
+import marshal
 import sys
+from array import array
+from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
-from .types import ENTRY_FIELDS, Frame
+from .types import EntryColumns, Frame, Kind, float_column, int_column, time_column
 
 DTYPE_NAMES = {
     "float": "Float", "double": "Double", "half": "Half", "bfloat16": "BFloat16", "c10::bfloat16": "BFloat16",
@@ -35,29 +38,36 @@ _FAST_KEYS = ("record_id", "process_group", "collective_seq_id", "p2p_seq_id", "
               "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "state", "is_p2p")
 _FAST_OPTIONAL = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "frames")
 _fetch = itemgetter(*_FAST_KEYS)
+_fetch_all = itemgetter(*_FAST_KEYS, *_FAST_OPTIONAL)
 _INT = {int}
 _OPTIONAL_INT = {int, type(None)}
 _NUMBER = {int, float, type(None)}
 _frame_fields = itemgetter("name", "filename", "line")
 
 
-def _shape_key(shapes: Any) -> tuple:
-    return tuple(map(tuple, shapes))
-
-
-def fast_columns(raw_entries: list, stacks: dict[tuple[Frame, ...], int]):
-    """Columns of one dump's entries (after rank and index), its stacks added to `stacks`; None
-    where the dump is not regular enough, and the careful path must read it."""
-    if not raw_entries:
-        return ((),) * (len(ENTRY_FIELDS) - 2)
+def _fields(raw_entries: list) -> list[tuple] | None:
+    """The fields of every entry, one tuple per field; None when an entry is not a dict with them."""
     try:
-        rows = list(map(_fetch, raw_entries))
-        optional = [list(map(methodcaller("get", key), raw_entries)) for key in _FAST_OPTIONAL]
+        return list(zip(*map(_fetch_all, raw_entries)))
+    except (KeyError, TypeError):
+        pass
+    try:  # the optional fields missing from some or all entries (gloo writes no duration_ms)
+        columns = list(zip(*map(_fetch, raw_entries)))
+        return columns + [tuple(map(methodcaller("get", key), raw_entries)) for key in _FAST_OPTIONAL]
     except (KeyError, TypeError, AttributeError):
         return None
-    (record_ids, groups, coll_seqs, p2p_seqs, names, sizes_in, sizes_out,
-     dtypes_in, dtypes_out, states, p2p_flags) = zip(*rows)
-    created, started, completed, durations, frames = optional
+
+
+def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], int]) -> EntryColumns | None:
+    """One dump's entries as columns, its stacks added to `stacks`; None where the dump is not
+    regular enough, and the careful path must read it."""
+    if not raw_entries:
+        return EntryColumns.from_entries(rank, ())
+    fields = _fields(raw_entries)
+    if fields is None:
+        return None
+    (record_ids, groups, coll_seqs, p2p_seqs, names, sizes_in, sizes_out, dtypes_in, dtypes_out, states, p2p_flags,
+     created, started, completed, durations, frames) = fields
 
     if not (set(map(type, coll_seqs)) <= _INT and set(map(type, p2p_seqs)) <= _INT
             and set(map(type, record_ids)) <= _OPTIONAL_INT and set(map(type, p2p_flags)) <= {bool}
@@ -66,62 +76,50 @@ def fast_columns(raw_entries: list, stacks: dict[tuple[Frame, ...], int]):
             and set(map(type, names)) <= {str} and set(map(type, states)) <= {str}):
         return None
     try:
-        groups = list(map(tuple, groups))
-        shapes_in = list(map(_shape_key, sizes_in))
-        shapes_out = list(map(_shape_key, sizes_out))
-        types_in = list(map(tuple, dtypes_in))
-        types_out = list(map(tuple, dtypes_out))
-        distinct_shapes = set(shapes_in) | set(shapes_out)
-        distinct_types = set(types_in) | set(types_out)
-        distinct_groups = set(groups)
-    except TypeError:  # something unhashable or not a sequence
+        # one bytes key per entry for what makes its kind, built in C; marshal version 2 writes no
+        # back-references, so equal values give equal bytes
+        keys = list(map(marshal.dumps, zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out), repeat(2)))
+    except ValueError:  # something marshal cannot write: not a dump's plain data
         return None
-    if not all(type(d) is int for shape_list in distinct_shapes for shape in shape_list for d in shape):
-        return None
-    if not all(type(d) is str for dtype_list in distinct_types for d in dtype_list):
-        return None
-    if not all(len(g) == 2 and type(g[0]) is str and type(g[1]) is str for g in distinct_groups):
-        return None
-    if any(isinstance(s, str) for s in sizes_in + sizes_out):  # a string is a sequence too
-        return None
-
-    shape_of = {s: s for s in distinct_shapes}
-    dtype_of = {t: tuple(map(dtype_name, t)) for t in distinct_types}
-    group_of = {g: (sys.intern(g[0]), sys.intern(g[1])) for g in distinct_groups}
-    name_of = {name: split_profiling_name(name) for name in set(names)}
+    code_of = dict.fromkeys(keys)
+    kinds: dict[Kind, int] = {}  # two keys can make one kind (a list and a tuple, "float" and "Float")
+    for key in code_of:
+        kind = _kind(*marshal.loads(key))
+        if kind is None:
+            return None
+        code_of[key] = kinds.setdefault(kind, len(kinds))
+    state_of = {state: number for number, state in enumerate(dict.fromkeys(states))}
     stack_ids = _fast_stacks(frames, stacks)
     if stack_ids is None:
         return None
-
-    pg = list(map(group_of.__getitem__, groups))
-    op = list(map(name_of.__getitem__, names))
-    columns = (
-        record_ids,
-        tuple(g[0] for g in pg),
-        tuple(g[1] for g in pg),
-        coll_seqs,
-        p2p_seqs,
-        tuple(o[1] for o in op),
-        tuple(o[0] for o in op),
-        tuple(map(shape_of.__getitem__, shapes_in)),
-        tuple(map(shape_of.__getitem__, shapes_out)),
-        tuple(map(dtype_of.__getitem__, types_in)),
-        tuple(map(dtype_of.__getitem__, types_out)),
-        tuple(map(sys.intern, states)),
-        p2p_flags,
-        tuple(v or None for v in created),
-        tuple(v or None for v in started),  # JSON writes 0 for unset
-        tuple(v or None for v in completed),
-        tuple(None if v is None else float(v) for v in durations),
-        stack_ids,
+    return EntryColumns(
+        rank, tuple(kinds), array("I", map(code_of.__getitem__, keys)), tuple(map(sys.intern, state_of)),
+        array("I", map(state_of.__getitem__, states)), int_column(record_ids), int_column(coll_seqs), int_column(p2p_seqs),
+        time_column(created), time_column(started), time_column(completed), float_column(durations), stack_ids,
     )
-    return columns
 
 
-def _fast_stacks(frames: list, stacks: dict[tuple[Frame, ...], int]) -> tuple | None:
+def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dtypes_in: Any, dtypes_out: Any) -> Kind | None:
+    """The Kind of one distinct raw value, checked; None when a value is not what a dump holds."""
+    if not (isinstance(group, (list, tuple)) and len(group) == 2 and type(group[0]) is str and type(group[1]) is str):
+        return None
+    shapes = []
+    for sizes in (sizes_in, sizes_out):
+        if not isinstance(sizes, (list, tuple)) or not all(
+                isinstance(shape, (list, tuple)) and all(type(d) is int for d in shape) for shape in sizes):
+            return None
+        shapes.append(tuple(map(tuple, sizes)))
+    if not all(isinstance(d, (list, tuple)) and all(type(t) is str for t in d) for d in (dtypes_in, dtypes_out)):
+        return None
+    backend, op = split_profiling_name(name)
+    return Kind(sys.intern(group[0]), sys.intern(group[1]), op, backend, is_p2p, shapes[0], shapes[1],
+                tuple(map(dtype_name, dtypes_in)), tuple(map(dtype_name, dtypes_out)))
+
+
+def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array | None:
     by_object: dict[int, int] = {}  # pickles share one frames list between entries: key on it
     by_fields: dict[tuple, int] = {}
-    ids = []
+    ids = array("i")
     for frame_list in frames:
         if not frame_list:
             ids.append(-1)
@@ -140,4 +138,4 @@ def _fast_stacks(frames: list, stacks: dict[tuple[Frame, ...], int]) -> tuple | 
                 known = by_fields[fields] = stacks.setdefault(stack, len(stacks))
             by_object[id(frame_list)] = known
         ids.append(known)
-    return tuple(ids)
+    return ids

@@ -18,7 +18,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import repeat
 from typing import Any
 
 from . import fastpath
@@ -26,7 +25,7 @@ from . import workers as worker_processes
 from .discover import Discovery, DumpFile
 from .errors import DumpError, display_path
 from .fastpath import dtype_name, split_profiling_name
-from .types import ENTRY_FIELDS, Dump, Entry, Frame, GroupConfig, LoadResult, SkippedFile
+from .types import Dump, Entry, EntryColumns, Frame, GroupConfig, LoadResult, SkippedFile
 
 _P2P_PREFIXES = ("send", "recv")
 _RANKS_TEXT = re.compile(r"^\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]$")
@@ -283,7 +282,7 @@ def _shown(value: Any) -> str:
 
 def normalize(raw: Any, rank: int, path: str, file_format: str) -> Dump:
     """Typed Dump from the raw object of one file; DumpError when its shape is not a dump's."""
-    return _build_dump(compact(raw, rank, path, file_format))
+    return _Shared().dump(compact(raw, rank, path, file_format))
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,8 +293,7 @@ class CompactDump:
     path: str
     file_format: str
     version: tuple[int, int]
-    columns: tuple[tuple, ...]  # one per Entry field after rank and index
-    count: int
+    entries: EntryColumns
     group_configs: tuple[GroupConfig, ...]
     stacks: tuple[tuple[Frame, ...], ...]
     notes: tuple[str, ...]
@@ -321,53 +319,31 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
     else:
         raise DumpError(path, f"holds {type(raw).__name__} {_shown(raw)}, not a Flight Recorder dump; leave it out")
 
-    columns = fastpath.fast_columns(raw_entries, normalizer.stacks)
-    if columns is None:
+    entries = fastpath.fast_columns(raw_entries, rank, normalizer.stacks)
+    if entries is None:
         normalizer.stacks.clear()  # the fast path may have stopped half way through the frames
         try:
-            entries = [normalizer.entry(e, i) for i, e in enumerate(raw_entries)]
+            entries = EntryColumns.from_entries(rank, [normalizer.entry(e, i) for i, e in enumerate(raw_entries)])
         except _BadEntry as exc:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
-        columns = tuple(zip(*entries))[2:] if entries else ((),) * (len(ENTRY_FIELDS) - 2)
     stacks = tuple(normalizer.stacks)  # stack ids were given in insertion order
-    return CompactDump(rank, path, file_format, version, columns, len(raw_entries),
-                       normalizer.group_configs(raw_configs), stacks, tuple(normalizer.notes))
+    return CompactDump(rank, path, file_format, version, entries, normalizer.group_configs(raw_configs), stacks,
+                       tuple(normalizer.notes))
 
 
-_SMALL_INTS = tuple(range(1 << 16))
+class _Shared:
+    """One object for each equal kind and group config across the dumps of one load: every rank
+    lists the world group and repeats the same few kinds."""
 
+    def __init__(self) -> None:
+        self.values: dict = {}
 
-def _shared_ints(column: tuple) -> tuple:
-    """The column with small ints replaced by one shared object each: 28 bytes saved per value."""
-    try:
-        if column and min(column) >= 0 and max(column) < len(_SMALL_INTS):
-            return tuple(map(_SMALL_INTS.__getitem__, column))
-    except TypeError:  # None among them (formats before 1.4 have no record_id)
-        pass
-    return column
-
-
-def _shared_values(column: tuple) -> tuple:
-    seen: dict = {}
-    return tuple(map(seen.setdefault, column, column))
-
-
-_INT_COLUMNS = {ENTRY_FIELDS.index(name) - 2 for name in ("record_id", "collective_seq_id", "p2p_seq_id")}
-_VALUE_COLUMNS = {ENTRY_FIELDS.index(name) - 2 for name in ("duration_ms", "stack_id")}
-
-
-def _build_dump(part: CompactDump, configs: dict[GroupConfig, GroupConfig] | None = None) -> Dump:
-    """Entries from columns: one C-level map over the columns, equal small values shared."""
-    columns = [
-        _shared_ints(column) if i in _INT_COLUMNS else _shared_values(column) if i in _VALUE_COLUMNS else column
-        for i, column in enumerate(part.columns)
-    ]
-    index = _SMALL_INTS[:part.count] if part.count <= len(_SMALL_INTS) else range(part.count)
-    entries = tuple(map(Entry, repeat(part.rank, part.count), index, *columns))
-    # every rank lists the world group: `configs`, shared by one load, keeps one copy of each
-    shared = configs if configs is not None else {}
-    group_configs = tuple(shared.setdefault(config, config) for config in part.group_configs)
-    return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes)
+    def dump(self, part: CompactDump) -> Dump:
+        entries = part.entries
+        entries.kinds = tuple(self.values.setdefault(k, k) for k in entries.kinds)
+        entries.states = tuple(self.values.setdefault(s, s) for s in entries.states)
+        group_configs = tuple(self.values.setdefault(c, c) for c in part.group_configs)
+        return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes)
 
 
 def read_dump(path: str, rank: int) -> Dump:
@@ -426,13 +402,13 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     notes: list[str] = [f"{path}: ignored, the name does not end in a rank number" for path in discovery.ignored]
     dumps: dict[int, Dump] = {}
     used: dict[int, DumpFile] = {}
-    configs: dict[GroupConfig, GroupConfig] = {}
+    shared = _Shared()
 
     def take(rank: int, dump_file: DumpFile, result: CompactDump | DumpError) -> None:
         if isinstance(result, DumpError):
             skipped.append(SkippedFile(display_path(result.path), result.reason))
         else:
-            dumps[rank] = _build_dump(result, configs)
+            dumps[rank] = shared.dump(result)
             used[rank] = dump_file
 
     firsts = [files[0] for files in choices.values()]
