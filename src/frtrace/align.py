@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections import Counter
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import rules
 from .groups import GroupTable
-from .types import Dump, Entry, Group
+from .types import Dump, Entry, EntryColumns, Group, Kind
 
 _P2P_NAME = re.compile(r"^(send|recv)\s*(\d+)\s*(->|<-)\s*(\d+)")
 _TRACKING_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "xccl", "hccl", "mccl"})
@@ -66,13 +67,30 @@ class P2POp:
 
 @dataclass(slots=True)
 class Track:
-    """One rank's ops in one group: its p2p ops in buffer order and the range of its collectives.
+    """One rank's ops in one group: its p2p ops in buffer order and its collectives by seq id.
 
-    The collectives themselves go straight into the group's index (see build_tracks)."""
+    The common case, one entry per collective with consecutive seq ids, is kept by column:
+    `positions` (buffer indices), `kinds` and `states`, one per seq id from first_seq. Anything
+    else (coalesced groups, p2p batches, gaps) keeps its units in `units`."""
 
     p2p: list[P2POp] = field(default_factory=list)
     first_seq: int | None = None
     last_seq: int = 0
+    entries: EntryColumns | None = None
+    positions: Sequence[int] = ()
+    kinds: tuple[Kind, ...] = ()
+    states: tuple[str, ...] = ()
+    units: dict[int, UnitEntries] | None = None
+
+    def unit(self, seq: int) -> UnitEntries | None:
+        if self.units is not None:
+            return self.units.get(seq)
+        if self.first_seq is None or not self.first_seq <= seq <= self.last_seq:
+            return None
+        return (self.entries[self.positions[seq - self.first_seq]],)
+
+    def covers(self, seq: int) -> bool:
+        return self.first_seq is not None and self.first_seq <= seq <= self.last_seq
 
 
 _KNOWN_BACKENDS = _TRACKING_BACKENDS | {"gloo", "c10d", ""}
@@ -83,11 +101,11 @@ def unknown_names(dumps: dict[int, Dump]) -> list[str]:
     ops: dict[str, int] = {}
     backends: dict[str, int] = {}
     for rank, dump in dumps.items():
-        for entry in dump.entries:
-            if not entry.is_p2p and entry.op not in rules.KNOWN_OPS:
-                ops.setdefault(entry.op or "(empty name)", rank)
-            if entry.backend not in _KNOWN_BACKENDS:
-                backends.setdefault(entry.backend, rank)
+        for kind in dump.entries.used_kinds():
+            if not kind.is_p2p and kind.op not in rules.KNOWN_OPS:
+                ops.setdefault(kind.op or "(empty name)", rank)
+            if kind.backend not in _KNOWN_BACKENDS:
+                backends.setdefault(kind.backend, rank)
     notes = []
     if ops:
         notes.append("op names without size rules, compared by name only: "
@@ -98,30 +116,58 @@ def unknown_names(dumps: dict[int, Dump]) -> list[str]:
 
 
 def tracks_completion(dump: Dump) -> bool:
-    return any(e.backend in _TRACKING_BACKENDS or e.state in ("completed", "started") for e in dump.entries)
+    return (any(k.backend in _TRACKING_BACKENDS for k in dump.entries.used_kinds())
+            or any(s in ("completed", "started") for s in dump.entries.used_states()))
 
 
-GroupIndex = dict  # group -> {seq: {rank: unit}}: the one copy of every unit
-
-
-def build_tracks(dump: Dump, table: GroupTable, index: GroupIndex) -> tuple[dict[tuple, Track], list[str]]:
-    """Split one rank's entries by group into units (coalesced groups joined) and p2p ops.
-
-    Units are added to `index`, shared by all ranks, as each rank is read: no rank keeps a copy.
-    """
+def build_tracks(dump: Dump, table: GroupTable) -> tuple[dict[Group, Track], list[str]]:
+    """Split one rank's entries by group into tracks: by column where each collective is one
+    entry with the next seq id, else into units (coalesced groups joined) and p2p ops."""
     notes: list[str] = []
-    group_of = {name: table.group_of(dump.rank, name) for name in {e.pg_name for e in dump.entries}}
-    pending: dict[tuple, dict[int, list[Entry]]] = {}
-    p2p: dict[tuple, list[tuple[Entry, str, int, int]]] = defaultdict(list)
-    batch_state: dict[tuple, dict[int, str]] = defaultdict(dict)
-    last_coll: dict[tuple, int] = {}
-    prev_was_p2p: dict[tuple, bool] = {}
-    terminators = rules.COALESCED_TERMINATORS
-    for entry in dump.entries:
-        group = group_of[entry.pg_name]
+    tracks: dict[Group, Track] = {}
+    columns = dump.entries
+    rank = dump.rank
+    for name, positions in columns.positions_by_group_name().items():
+        group = table.group_of(rank, name)
         if group is None:
             continue
-        key = group.key
+        at = bisect_left(group.ranks, rank)
+        member = at < len(group.ranks) and group.ranks[at] == rank  # else a config naming a group without it
+        track = _column_track(columns, positions) if member else None
+        if track is None:
+            track = _unit_track(rank, group, [columns[i] for i in positions], member, notes)
+        if track is not None:
+            tracks[group] = track
+    return tracks, notes
+
+
+def _column_track(columns: EntryColumns, positions: Sequence[int]) -> Track | None:
+    """The track of a group's entries when each is one collective, seq ids counting up by one."""
+    kinds = tuple(map(columns.kinds.__getitem__, map(columns.kind.__getitem__, positions)))
+    terminators = rules.COALESCED_TERMINATORS
+    if any(k.is_p2p or k.op in terminators for k in set(kinds)):
+        return None
+    try:
+        seqs = array("q", map(columns.collective_seq_id.__getitem__, positions))
+    except OverflowError:
+        return None
+    first = seqs[0]
+    if seqs != array("q", range(first, first + len(seqs))):
+        return None
+    states = tuple(map(columns.states.__getitem__, map(columns.state.__getitem__, positions)))
+    return Track(first_seq=first, last_seq=seqs[-1], entries=columns, positions=positions, kinds=kinds, states=states)
+
+
+def _unit_track(rank: int, group: Group, entries: list[Entry], member: bool, notes: list[str]) -> Track | None:
+    """The track of a group's entries one by one: coalesced groups joined into units, p2p ops
+    parsed, a p2p batch's terminator giving the batch its state."""
+    terminators = rules.COALESCED_TERMINATORS
+    by_seq: dict[int, list[Entry]] = {}
+    p2p: list[tuple[Entry, str, int, int]] = []
+    batch_state: dict[int, str] = {}
+    last_coll: int | None = None
+    prev_was_p2p = False
+    for entry in entries:
         if entry.is_p2p:
             parsed = _P2P_NAME.match(entry.op)
             src = dst = None
@@ -130,57 +176,42 @@ def build_tracks(dump: Dump, table: GroupTable, index: GroupIndex) -> tuple[dict
                 local_src, local_dst = (a, b) if arrow == "->" else (b, a)
                 src, dst = group.global_rank(local_src), group.global_rank(local_dst)
             if src is None or dst is None:
-                notes.append(f"rank {dump.rank}: p2p op {entry.op!r} in {group.label} names no rank of the group; not matched")
+                notes.append(f"rank {rank}: p2p op {entry.op!r} in {group.label} names no rank of the group; not matched")
             else:
-                p2p[key].append((entry, kind, src, dst))
-            prev_was_p2p[key] = True
+                p2p.append((entry, kind, src, dst))
+            prev_was_p2p = True
             continue
         seq = entry.collective_seq_id
-        if entry.op in terminators and prev_was_p2p.get(key) and seq == last_coll.get(key, seq):
+        if entry.op in terminators and prev_was_p2p and seq == (seq if last_coll is None else last_coll):
             # ends a batch of p2p ops: its collective seq id was not bumped
-            batch_state[key][entry.p2p_seq_id] = entry.state
-            prev_was_p2p[key] = False
+            batch_state[entry.p2p_seq_id] = entry.state
+            prev_was_p2p = False
             continue
-        by_seq = pending.get(key)
-        if by_seq is None:
-            by_seq = pending[key] = {}
-        unit = by_seq.get(seq)
-        if unit is None:
-            by_seq[seq] = [entry]
-        else:
-            unit.append(entry)
-        last_coll[key] = seq
-        prev_was_p2p[key] = False
+        by_seq.setdefault(seq, []).append(entry)
+        last_coll = seq
+        prev_was_p2p = False
 
-    tracks: dict[tuple, Track] = defaultdict(Track)
-    rank = dump.rank
-    for key, by_seq in pending.items():
-        position = bisect_left(key.ranks, rank)
-        if position == len(key.ranks) or key.ranks[position] != rank:
-            continue  # a config naming a group without this rank in it: not a member's ops
-        track = tracks[key]
+    if not (member and by_seq) and not p2p:
+        return None
+    track = Track(units={})
+    if member and by_seq:
         track.first_seq = next(iter(by_seq))
         track.last_seq = max(by_seq)
-        group_index = index.setdefault(key, {})
-        for seq, entries in by_seq.items():
-            found = group_index.get(seq)
-            if found is None:
-                group_index[seq] = {rank: tuple(entries)}
-            else:
-                found[rank] = tuple(entries)
-    for key, ops in p2p.items():
-        states = batch_state.get(key, {})
-        tracks[key].p2p = [P2POp(e, kind, src, dst, states.get(e.p2p_seq_id, e.state)) for e, kind, src, dst in ops]
-    return dict(tracks), notes
+        track.units = {seq: tuple(unit) for seq, unit in by_seq.items()}
+    track.p2p = [P2POp(e, kind, src, dst, batch_state.get(e.p2p_seq_id, e.state)) for e, kind, src, dst in p2p]
+    return track
 
 
 class GroupView:
-    """Everything known about one group: each member's track and status per sequence id."""
+    """Everything known about one group: each member's track and status per sequence id.
 
-    def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump],
-                 by_seq: dict[int, dict[int, UnitEntries]]) -> None:
+    Members' column tracks are compared slice by slice at C speed against one reference track;
+    a seq id where every issuer holds the reference's kind, with no size rule broken, is
+    `agreed`, and needs no check entry by entry."""
+
+    def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump]) -> None:
         self.group = group
-        self.tracks = tracks
+        self.tracks = tracks  # in rank order
         self.size = len(group.ranks)
         self.known_last: dict[int, int] = {}  # members whose status past their last op is known
         self.unknown: set[int] = set()
@@ -200,17 +231,84 @@ class GroupView:
             dump = dumps.get(rank)
             if dump is not None and dump.wrapped and track.first_seq is not None:
                 self.cut[rank] = track.first_seq
-        # seq -> {rank: unit}, shared with the CollectiveChecks
-        self.by_seq = by_seq
+        self._lasts = sorted((last, rank) for rank, last in self.known_last.items())
+        self._last_values = [last for last, _ in self._lasts]
+        self._collective = [(r, t) for r, t in tracks.items() if t.first_seq is not None]
+        self._compare_columns()
+
+    def _compare_columns(self) -> None:
+        columns = [(r, t) for r, t in self._collective if t.units is None]
+        self.reference: Track | None = None
+        self.disputed: set[int] = set()  # seq ids that need the check entry by entry
+        self.other_states: dict[int, set[str]] = {}  # seq id -> states besides the reference's
+        self._kind_ok: dict[Kind, bool] = {}
+        if not columns:
+            return
+        ref = self.reference = max(columns, key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
+        disputed = self.disputed
+        for _, track in columns:
+            if track is ref:
+                continue
+            first, last = track.first_seq, track.last_seq
+            disputed.update(range(first, min(last, ref.first_seq - 1) + 1))  # outside the reference's range
+            disputed.update(range(max(first, ref.last_seq + 1), last + 1))
+            lo, hi = max(first, ref.first_seq), min(last, ref.last_seq)
+            if lo > hi:
+                continue
+            mine, theirs = slice(lo - first, hi - first + 1), slice(lo - ref.first_seq, hi - ref.first_seq + 1)
+            if track.kinds[mine] != ref.kinds[theirs]:
+                disputed.update(lo + i for i, (a, b) in enumerate(zip(track.kinds[mine], ref.kinds[theirs])) if a != b)
+            if track.states[mine] != ref.states[theirs]:
+                for i, (a, b) in enumerate(zip(track.states[mine], ref.states[theirs])):
+                    if a != b:
+                        self.other_states.setdefault(lo + i, set()).add(a)
+        for _, track in self._collective:
+            if track.units is not None:
+                disputed.update(track.units)
+        disputed.update(self.cut.values())
+
+    def agreed(self, seq: int) -> bool:
+        """Every issuer of #seq holds one kind, which breaks no size rule: the check has nothing to find."""
+        ref = self.reference
+        if ref is None or not ref.first_seq <= seq <= ref.last_seq or seq in self.disputed:
+            return False
+        kind = ref.kinds[seq - ref.first_seq]
+        ok = self._kind_ok.get(kind)
+        if ok is None:
+            ok = self._kind_ok[kind] = rules.own_size_problem(kind, self.size) is None and not rules.is_all_to_all(kind.op)
+        return ok
+
+    def agreed_summary(self, seq: int) -> tuple[int, Entry, set[str]]:
+        """For an agreed #seq: the lowest issuing rank, its entry, and the states of all issuers."""
+        ref = self.reference
+        rank, track = next((r, t) for r, t in self._collective if t.covers(seq))
+        states = {ref.states[seq - ref.first_seq], *self.other_states.get(seq, ())}
+        return rank, track.unit(seq)[0], states
+
+    def unit(self, seq: int, rank: int) -> UnitEntries | None:
+        track = self.tracks.get(rank)
+        return track.unit(seq) if track is not None else None
 
     def issuers(self, seq: int) -> dict[int, UnitEntries]:
-        return self.by_seq.get(seq, {})
+        found = {}
+        for rank, track in self._collective:
+            unit = track.unit(seq)
+            if unit is not None:
+                found[rank] = unit
+        return found
 
     def not_issued(self, seq: int) -> tuple[int, ...]:
-        return tuple(sorted(r for r, last in self.known_last.items() if last < seq))
+        count = bisect_left(self._last_values, seq)
+        return tuple(sorted(rank for _, rank in self._lasts[:count])) if count else ()
 
     def seqs(self) -> list[int]:
-        return sorted(self.by_seq)
+        found: set[int] = set()
+        for first, last in {(t.first_seq, t.last_seq) for _, t in self._collective if t.units is None}:
+            found.update(range(first, last + 1))
+        for _, track in self._collective:
+            if track.units is not None:
+                found.update(track.units)
+        return sorted(found)
 
 
 def format_ranks(ranks: Iterable[int]) -> str:

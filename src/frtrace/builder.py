@@ -11,7 +11,6 @@ import pickle
 from array import array
 from collections import Counter
 from itertools import repeat
-from operator import attrgetter
 from typing import IO
 
 from . import rules
@@ -91,21 +90,29 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     collective_of: dict[tuple[str, int], int] = {}  # (group id, seq) -> collective id
     rank_sets: dict[tuple, frozenset] = {}
     for check in analysis.checks:
-        if not check.entries:
-            continue
-        group_id = ids[check.group.key]
-        if check.mismatch is None:  # every issuer agreed: any of them is the reference
-            reference_rank = next(iter(check.entries))
+        view = check.source
+        if check.mismatch is None and view is not None and view.agreed(check.collective_seq_id):
+            # every issuer holds the same kind: the view answers without building their entries
+            reference_rank, head, states = view.agreed_summary(check.collective_seq_id)
+            unit = (head,)
             mismatched = None
         else:
-            signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes) for e in unit)
-                            for r, unit in check.entries.items()}
-            reference = Counter(signature_of.values()).most_common(1)[0][0]
-            reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
-            mismatched = {r: "+".join(e.op for e in check.entries[r]) for r, sig in signature_of.items() if sig != reference}
-        unit = check.entries[reference_rank]
+            entries = check.entries
+            if not entries:
+                continue
+            if check.mismatch is None:  # every issuer agreed: any of them is the reference
+                reference_rank = next(iter(entries))
+                mismatched = None
+            else:
+                signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes) for e in unit)
+                                for r, unit in entries.items()}
+                reference = Counter(signature_of.values()).most_common(1)[0][0]
+                reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
+                mismatched = {r: "+".join(e.op for e in entries[r]) for r, sig in signature_of.items() if sig != reference}
+            unit = entries[reference_rank]
+            states = {u[-1].state for u in entries.values()}
+        group_id = ids[check.group.key]
         head = unit[0]
-        states = {u[-1].state for u in check.entries.values()}
         expected = rank_sets.get(check.group.key)
         if expected is None:
             expected = rank_sets[check.group.key] = frozenset(check.group.ranks)
@@ -145,29 +152,27 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
     for rank, dump in dumps.items():
         entries = dump.entries
-        if not entries:
+        if not len(entries):
             continue
-        name_of = {name: group_id_of.get((rank, name), name) for name in set(map(_pg_name, entries))}
-        for group_id in name_of.values():
-            group_codes.setdefault(group_id, len(group_codes))
-        code_of_name = {name: group_codes[group_id] for name, group_id in name_of.items()}
-        names = list(map(name_of.__getitem__, map(_pg_name, entries)))
-        seqs = map(_collective_seq, entries)  # p2p entries find no collective: -1
+        group_of_kind, op_of_kind, size_of_kind, collective_group_of_kind = [], [], [], []
+        for kind in entries.kinds:
+            group_id = group_id_of.get((rank, kind.pg_name), kind.pg_name)
+            group_of_kind.append(group_codes.setdefault(group_id, len(group_codes)))
+            collective_group_of_kind.append(None if kind.is_p2p else group_id)  # p2p entries find no collective: -1
+            op_of_kind.append(op_codes.setdefault(kind.op, len(op_codes)))
+            if kind.input_sizes not in shape_codes:
+                shape_codes[kind.input_sizes] = len(shape_codes)
+                shared.shape_list(kind.input_sizes)
+            size_of_kind.append(shape_codes[kind.input_sizes])
         traceback_id = dict(enumerate(traceback_of[rank]))
         traceback_id[-1] = -1
-        for op in set(map(_op, entries)):
-            op_codes.setdefault(op, len(op_codes))
-        sizes = list(map(_input_sizes, entries))
-        for shapes in set(sizes):
-            if shapes not in shape_codes:
-                shape_codes[shapes] = len(shape_codes)
-                shared.shape_list(shapes)
-        collective_ids.extend(map(collective_of.get, zip(names, seqs), repeat(-1)))
-        group_column.extend(map(code_of_name.__getitem__, map(_pg_name, entries)))
+        keys = zip(map(collective_group_of_kind.__getitem__, entries.kind), entries.collective_seq_id)
+        collective_ids.extend(map(collective_of.get, keys, repeat(-1)))
+        group_column.extend(map(group_of_kind.__getitem__, entries.kind))
         ranks.extend(repeat(rank, len(entries)))
-        traceback_ids.extend(map(traceback_id.__getitem__, map(_stack_id, entries)))
-        op_column.extend(map(op_codes.__getitem__, map(_op, entries)))
-        size_column.extend(map(shape_codes.__getitem__, sizes))
+        traceback_ids.extend(map(traceback_id.__getitem__, entries.stack_id))
+        op_column.extend(map(op_of_kind.__getitem__, entries.kind))
+        size_column.extend(map(size_of_kind.__getitem__, entries.kind))
     ncclcalls = Table(NCCLCall, [
         range(len(collective_ids)),
         collective_ids,
@@ -184,16 +189,6 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         for i, f in enumerate(analysis.findings)
     ))
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
-
-
-_pg_name = attrgetter("pg_name")
-_op = attrgetter("op")
-_stack_id = attrgetter("stack_id")
-_input_sizes = attrgetter("input_sizes")
-
-
-def _collective_seq(entry) -> int | None:
-    return None if entry.is_p2p else entry.collective_seq_id
 
 
 def write_database(db: Database, handle: IO[bytes]) -> None:

@@ -34,12 +34,12 @@ def _size_hints(dumps: dict[int, Dump]) -> dict[str, int]:
     """Group sizes implied by all_gather shapes (output numel / input numel), per group name."""
     hints: dict[str, int] = {}
     for dump in dumps.values():
-        for entry in dump.entries:
-            if entry.op in _GATHER_OPS and entry.input_sizes and entry.output_sizes:
-                numel_in = sum(prod(s) for s in entry.input_sizes)
-                numel_out = sum(prod(s) for s in entry.output_sizes)
+        for kind in dump.entries.used_kinds():
+            if kind.op in _GATHER_OPS and kind.input_sizes and kind.output_sizes:
+                numel_in = sum(prod(s) for s in kind.input_sizes)
+                numel_out = sum(prod(s) for s in kind.output_sizes)
                 if numel_in and numel_out % numel_in == 0:
-                    hints[entry.pg_name] = max(hints.get(entry.pg_name, 0), numel_out // numel_in)
+                    hints[kind.pg_name] = max(hints.get(kind.pg_name, 0), numel_out // numel_in)
     return hints
 
 
@@ -74,14 +74,14 @@ def resolve_groups(
     descs: dict[str, str] = {}
     for rank, dump in dumps.items():
         seen: set[str] = set()
-        for entry in dump.entries:
-            if entry.pg_name in seen:
+        for kind in dump.entries.used_kinds():  # in the order of their first entries
+            if kind.pg_name in seen:
                 continue
-            seen.add(entry.pg_name)
-            if (rank, entry.pg_name) not in by_rank:
-                users[entry.pg_name].add(rank)
-                if descs.get(entry.pg_name, "undefined") == "undefined":
-                    descs[entry.pg_name] = entry.pg_desc
+            seen.add(kind.pg_name)
+            if (rank, kind.pg_name) not in by_rank:
+                users[kind.pg_name].add(rank)
+                if descs.get(kind.pg_name, "undefined") == "undefined":
+                    descs[kind.pg_name] = kind.pg_desc
 
     hints = _size_hints(dumps)
     highest = max([*dumps, *ranks_named, *(r for g in groups.values() for r in g.ranks)], default=-1)

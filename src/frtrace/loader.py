@@ -326,6 +326,7 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
             entries = EntryColumns.from_entries(rank, [normalizer.entry(e, i) for i, e in enumerate(raw_entries)])
         except _BadEntry as exc:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
+    entries.positions_by_group_name()  # made here, in the worker, and sent along
     stacks = tuple(normalizer.stacks)  # stack ids were given in insertion order
     return CompactDump(rank, path, file_format, version, entries, normalizer.group_configs(raw_configs), stacks,
                        tuple(normalizer.notes))

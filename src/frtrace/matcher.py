@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from .align import GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
 from .compare import Checker
 from .groups import GroupTable
-from .types import Analysis, CollectiveCheck, Dump, Finding
+from .types import Analysis, CollectiveCheck, Dump, Finding, Group
 from .verdict import conclude
 from .waitgraph import WaitGraph, blocker_of, match_p2p
 
@@ -28,19 +28,18 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     `notes` are earlier layers' remarks, carried into Analysis.warnings.
     """
     notes = [*notes, *table.warnings]
-    tracks_by_rank: dict[int, dict[tuple, Track]] = {}
-    index: dict = {}
+    tracks_by_rank: dict[int, dict[Group, Track]] = {}
     for rank, dump in dumps.items():
-        tracks_by_rank[rank], rank_notes = build_tracks(dump, table, index)
+        tracks_by_rank[rank], rank_notes = build_tracks(dump, table)
         notes.extend(rank_notes)
         notes.extend(f"{dump.path}: {n}" for n in dump.notes)
     tracking = {rank: tracks_completion(dump) for rank, dump in dumps.items()}
     notes.extend(unknown_names(dumps))
 
-    views: dict[tuple, GroupView] = {}
+    views: dict[Group, GroupView] = {}
     for group in table.groups:
-        members = {r: tracks_by_rank[r][group.key] for r in group.ranks if r in tracks_by_rank and group.key in tracks_by_rank[r]}
-        views[group.key] = GroupView(group, members, dumps, index.get(group.key, {}))
+        members = {r: tracks_by_rank[r][group] for r in group.ranks if r in tracks_by_rank and group in tracks_by_rank[r]}
+        views[group] = GroupView(group, members, dumps)
     siblings: dict[tuple, list[GroupView]] = defaultdict(list)
     for view in views.values():
         desc = view.group.desc
@@ -49,18 +48,21 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
 
     findings: list[Finding] = []
     checks: list[CollectiveCheck] = []
-    frontier: dict[tuple, int] = {}
+    frontier: dict[Group, int] = {}
     for key, view in views.items():
         group = view.group
         checker = Checker(view, [v for v in siblings.get((group.desc, view.size), []) if v is not view])
         first_mismatch = None
         for seq in view.seqs():
-            units = view.issuers(seq)
             missing = view.not_issued(seq)
-            verdict = checker.check(seq, units)
-            checks.append(CollectiveCheck(group, seq, units, missing, verdict.kind if verdict else None))
             if missing and key not in frontier:
                 frontier[key] = seq
+            if view.agreed(seq):  # every issuer holds the same kind: nothing to compare
+                checks.append(CollectiveCheck(group, seq, missing, None, view))
+                continue
+            units = view.issuers(seq)
+            verdict = checker.check(seq, units)
+            checks.append(CollectiveCheck(group, seq, missing, verdict.kind if verdict else None, view))
             if verdict and first_mismatch is None:
                 first_mismatch = verdict
                 op = Counter(map(unit_label, units.values())).most_common(1)[0][0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import ne
 
 from .align import GroupView, P2POp, Track, ranks_word, unit_label, unit_state
 from .groups import GroupTable
@@ -39,7 +41,7 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
         if entry.is_p2p:
             op = next((o for o in (track.p2p if track else []) if o.entry.index == entry.index), None)
             return Blocker(dump.rank, group, None, entry, op) if op else None
-        unit = views[group.key].by_seq.get(entry.collective_seq_id, {}).get(dump.rank)
+        unit = views[group.key].unit(entry.collective_seq_id, dump.rank)
         if unit is None:  # a p2p batch terminator
             return None
         return Blocker(dump.rank, group, entry.collective_seq_id, unit[-1])
@@ -52,9 +54,13 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
             if blocker is not None:
                 return blocker
         return None
-    for entry in dump.entries:
-        if entry.state == "completed":
-            continue
+    columns = dump.entries
+    if "completed" in columns.states:  # only entries in another state can block: found in C
+        done = columns.states.index("completed")
+        candidates = compress(range(len(columns)), map(ne, columns.state, repeat(done)))
+    else:
+        candidates = range(len(columns))
+    for entry in map(columns.__getitem__, candidates):
         blocker = as_blocker(entry)  # a scheduled op inside a completed coalesced group is done
         if blocker is None:
             continue
@@ -280,7 +286,7 @@ class WaitGraph:
         for view in self._class_views(group):
             if rank not in view.group.ranks:
                 continue
-            unit = view.by_seq.get(seq, {}).get(rank)
+            unit = view.unit(seq, rank)
             if unit is not None:
                 return unit[0].index
             last = view.known_last.get(rank)
