@@ -14,7 +14,7 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from . import rules
+from . import rules, runs
 from .groups import GroupTable
 from .types import Dump, Entry, EntryColumns, Group, Kind
 
@@ -78,8 +78,8 @@ class Track:
     last_seq: int = 0
     entries: EntryColumns | None = None
     positions: Sequence[int] = ()
-    kinds: tuple[Kind, ...] = ()
-    states: tuple[str, ...] = ()
+    kinds: Sequence[int] = ()  # global kind codes (Codes.kinds), one per seq id
+    states: Sequence[int] = ()  # global state codes (Codes.states)
     units: dict[int, UnitEntries] | None = None
 
     def unit(self, seq: int) -> UnitEntries | None:
@@ -120,42 +120,54 @@ def tracks_completion(dump: Dump) -> bool:
             or any(s in ("completed", "started") for s in dump.entries.used_states()))
 
 
-def build_tracks(dump: Dump, table: GroupTable) -> tuple[dict[Group, Track], list[str]]:
+class Codes:
+    """One code for each distinct kind and state across all dumps, so that the runs of different
+    ranks compare as plain bytes (or arrays, past 256 distinct values)."""
+
+    def __init__(self, dumps: dict[int, Dump]) -> None:
+        kind_ids: dict[Kind, int] = {}
+        state_ids: dict[str, int] = {}
+        self._kind_maps = {rank: [kind_ids.setdefault(k, len(kind_ids)) for k in dump.entries.kinds] for rank, dump in dumps.items()}
+        self._state_maps = {rank: [state_ids.setdefault(s, len(state_ids)) for s in dump.entries.states] for rank, dump in dumps.items()}
+        self.kinds: list[Kind] = list(kind_ids)
+        self.states: list[str] = list(state_ids)
+
+    def kinds_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
+        return _translate(local, self._kind_maps[rank], len(self.kinds))
+
+    def states_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
+        return _translate(local, self._state_maps[rank], len(self.states))
+
+
+def _translate(local: Sequence[int], mapping: list[int], count: int) -> Sequence[int]:
+    if count <= 256:  # then every dump's local codes are bytes too
+        return bytes(iter(local)).translate(bytes(mapping) + bytes(256 - len(mapping)))
+    return runs.codes(list(map(mapping.__getitem__, local)), count)
+
+
+def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Group, Track], list[str]]:
     """Split one rank's entries by group into tracks: by column where each collective is one
     entry with the next seq id, else into units (coalesced groups joined) and p2p ops."""
     notes: list[str] = []
     tracks: dict[Group, Track] = {}
     columns = dump.entries
     rank = dump.rank
-    for name, positions in columns.positions_by_group_name().items():
+    if columns.runs is None:
+        columns.runs = runs.make_runs(columns)
+    for name, run in columns.runs.items():
         group = table.group_of(rank, name)
         if group is None:
             continue
         at = bisect_left(group.ranks, rank)
         member = at < len(group.ranks) and group.ranks[at] == rank  # else a config naming a group without it
-        track = _column_track(columns, positions) if member else None
-        if track is None:
-            track = _unit_track(rank, group, [columns[i] for i in positions], member, notes)
+        if member and run.first_seq is not None:
+            track = Track(first_seq=run.first_seq, last_seq=run.first_seq + len(run.positions) - 1, entries=columns,
+                          positions=run.positions, kinds=codes.kinds_of(rank, run.kinds), states=codes.states_of(rank, run.states))
+        else:
+            track = _unit_track(rank, group, [columns[i] for i in run.positions], member, notes)
         if track is not None:
             tracks[group] = track
     return tracks, notes
-
-
-def _column_track(columns: EntryColumns, positions: Sequence[int]) -> Track | None:
-    """The track of a group's entries when each is one collective, seq ids counting up by one."""
-    kinds = tuple(map(columns.kinds.__getitem__, map(columns.kind.__getitem__, positions)))
-    terminators = rules.COALESCED_TERMINATORS
-    if any(k.is_p2p or k.op in terminators for k in set(kinds)):
-        return None
-    try:
-        seqs = array("q", map(columns.collective_seq_id.__getitem__, positions))
-    except OverflowError:
-        return None
-    first = seqs[0]
-    if seqs != array("q", range(first, first + len(seqs))):
-        return None
-    states = tuple(map(columns.states.__getitem__, map(columns.state.__getitem__, positions)))
-    return Track(first_seq=first, last_seq=seqs[-1], entries=columns, positions=positions, kinds=kinds, states=states)
 
 
 def _unit_track(rank: int, group: Group, entries: list[Entry], member: bool, notes: list[str]) -> Track | None:
@@ -209,8 +221,9 @@ class GroupView:
     a seq id where every issuer holds the reference's kind, with no size rule broken, is
     `agreed`, and needs no check entry by entry."""
 
-    def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump]) -> None:
+    def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump], codes: Codes) -> None:
         self.group = group
+        self.codes = codes
         self.tracks = tracks  # in rank order
         self.size = len(group.ranks)
         self.known_last: dict[int, int] = {}  # members whose status past their last op is known
@@ -261,7 +274,7 @@ class GroupView:
             if track.states[mine] != ref.states[theirs]:
                 for i, (a, b) in enumerate(zip(track.states[mine], ref.states[theirs])):
                     if a != b:
-                        self.other_states.setdefault(lo + i, set()).add(a)
+                        self.other_states.setdefault(lo + i, set()).add(self.codes.states[a])
         for _, track in self._collective:
             if track.units is not None:
                 disputed.update(track.units)
@@ -272,7 +285,7 @@ class GroupView:
         ref = self.reference
         if ref is None or not ref.first_seq <= seq <= ref.last_seq or seq in self.disputed:
             return False
-        kind = ref.kinds[seq - ref.first_seq]
+        kind = self.codes.kinds[ref.kinds[seq - ref.first_seq]]
         ok = self._kind_ok.get(kind)
         if ok is None:
             ok = self._kind_ok[kind] = rules.own_size_problem(kind, self.size) is None and not rules.is_all_to_all(kind.op)
@@ -282,7 +295,7 @@ class GroupView:
         """For an agreed #seq: the lowest issuing rank, its entry, and the states of all issuers."""
         ref = self.reference
         rank, track = next((r, t) for r, t in self._collective if t.covers(seq))
-        states = {ref.states[seq - ref.first_seq], *self.other_states.get(seq, ())}
+        states = {self.codes.states[ref.states[seq - ref.first_seq]], *self.other_states.get(seq, ())}
         return rank, track.unit(seq)[0], states
 
     def unit(self, seq: int, rank: int) -> UnitEntries | None:

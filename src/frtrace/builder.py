@@ -11,6 +11,7 @@ import pickle
 from array import array
 from collections import Counter
 from itertools import repeat
+from operator import add
 from typing import IO
 
 from . import rules
@@ -86,8 +87,9 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
             per_stack.append(by_text[text])
         traceback_of[rank] = tuple(per_stack)
 
-    columns: list[list] = [[] for _ in DbCollective._fields]  # built by column: no row objects
+    rows: list[tuple] = []  # DbCollective fields, turned into columns: no row objects kept
     collective_of: dict[tuple[str, int], int] = {}  # (group id, seq) -> collective id
+    spans: dict[Group, list] = {}  # group -> [first collective id, first seq, last seq, view]
     rank_sets: dict[tuple, frozenset] = {}
     for check in analysis.checks:
         view = check.source
@@ -116,31 +118,26 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         expected = rank_sets.get(check.group.key)
         if expected is None:
             expected = rank_sets[check.group.key] = frozenset(check.group.ranks)
-        collective_id = len(columns[0])
+        collective_id = len(rows)
         collective_of[(group_id, check.collective_seq_id)] = collective_id
-        row = (DbCollective(
-            id=collective_id,
-            group_id=group_id,
-            pass_check=check.mismatch is None and not check.missing_ranks,
-            collective_seq_id=check.collective_seq_id,
-            p2p_seq_id=head.p2p_seq_id,
-            record_id=head.record_id if head.record_id is not None else -1,
-            pg_desc=check.group.desc,
-            collective_name=head.op if len(unit) == 1 else unit[-1].op,
-            input_sizes=shared.shape_list(head.input_sizes),
-            output_sizes=shared.shape_list(head.output_sizes),
-            expected_ranks=expected,
-            collective_state=states.pop() if len(states) == 1 else "mixed",
-            collective_frames=shared.frame_list(dumps[reference_rank], head.stack_id),
-            input_numel=rules.numel(head.input_sizes),
-            output_numel=rules.numel(head.output_sizes),
-            missing_ranks=frozenset(check.missing_ranks),
-            mismatch_collectives=mismatched or None,
-            type_of_mismatch=check.mismatch,
+        span = spans.get(check.group)
+        if span is None:
+            spans[check.group] = [collective_id, check.collective_seq_id, check.collective_seq_id, check.source]
+        else:
+            span[2] = check.collective_seq_id
+        rows.append((
+            collective_id, group_id, check.mismatch is None and not check.missing_ranks, check.collective_seq_id,
+            head.p2p_seq_id, head.record_id if head.record_id is not None else -1, check.group.desc,
+            head.op if len(unit) == 1 else unit[-1].op,
+            shared.shape_list(head.input_sizes), shared.shape_list(head.output_sizes), expected,
+            states.pop() if len(states) == 1 else "mixed", shared.frame_list(dumps[reference_rank], head.stack_id),
+            rules.numel(head.input_sizes), rules.numel(head.output_sizes), frozenset(check.missing_ranks),
+            mismatched or None, check.mismatch,
         ))
-        for column, value in zip(columns, row):
-            column.append(value)
-    collectives = Table(DbCollective, columns)
+    collectives = Table(DbCollective, [list(c) for c in zip(*rows)] or [[] for _ in DbCollective._fields])
+    # a group whose collectives are seq ids first..last without a gap: id = seq + offset
+    offsets = {group: first_id - first for group, (first_id, first, last, _) in spans.items()
+               if collective_of[(ids[group.key], last)] - first_id == last - first}
 
     # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
     # ints as typed arrays and repeated values as codes: a few bytes per call, not pointers
@@ -166,8 +163,12 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
             size_of_kind.append(shape_codes[kind.input_sizes])
         traceback_id = dict(enumerate(traceback_of[rank]))
         traceback_id[-1] = -1
-        keys = zip(map(collective_group_of_kind.__getitem__, entries.kind), entries.collective_seq_id)
-        collective_ids.extend(map(collective_of.get, keys, repeat(-1)))
+        offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
+        if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset
+            collective_ids.extend(map(add, entries.collective_seq_id, map(offset_of_kind.__getitem__, entries.kind)))
+        else:
+            keys = zip(map(collective_group_of_kind.__getitem__, entries.kind), entries.collective_seq_id)
+            collective_ids.extend(map(collective_of.get, keys, repeat(-1)))
         group_column.extend(map(group_of_kind.__getitem__, entries.kind))
         ranks.extend(repeat(rank, len(entries)))
         traceback_ids.extend(map(traceback_id.__getitem__, entries.stack_id))
@@ -189,6 +190,21 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         for i, f in enumerate(analysis.findings)
     ))
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
+
+
+def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int] | None:
+    """Per kind of a rank's entries, the offset from seq id to collective id; None unless every
+    entry is one whole collective of a group whose collective ids follow its seq ids."""
+    found = []
+    for kind in entries.kinds:
+        group = table.by_rank.get((rank, kind.pg_name))
+        if kind.is_p2p or group is None or group not in offsets:
+            return None
+        track = spans[group][3].tracks.get(rank)
+        if track is None or track.units is not None:  # coalesced, p2p batches or gaps: look each up
+            return None
+        found.append(offsets[group])
+    return found
 
 
 def write_database(db: Database, handle: IO[bytes]) -> None:

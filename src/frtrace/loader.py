@@ -25,6 +25,7 @@ from . import workers as worker_processes
 from .discover import Discovery, DumpFile
 from .errors import DumpError, display_path
 from .fastpath import dtype_name, split_profiling_name
+from .runs import make_runs
 from .types import Dump, Entry, EntryColumns, Frame, GroupConfig, LoadResult, SkippedFile
 
 _P2P_PREFIXES = ("send", "recv")
@@ -326,7 +327,7 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
             entries = EntryColumns.from_entries(rank, [normalizer.entry(e, i) for i, e in enumerate(raw_entries)])
         except _BadEntry as exc:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
-    entries.positions_by_group_name()  # made here, in the worker, and sent along
+    entries.runs = make_runs(entries)  # made here, in the worker, and sent along
     stacks = tuple(normalizer.stacks)  # stack ids were given in insertion order
     return CompactDump(rank, path, file_format, version, entries, normalizer.group_configs(raw_configs), stacks,
                        tuple(normalizer.notes))

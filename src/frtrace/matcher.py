@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from .align import GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
+from .align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
 from .compare import Checker
 from .groups import GroupTable
 from .types import Analysis, CollectiveCheck, Dump, Finding, Group
@@ -29,8 +29,9 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     """
     notes = [*notes, *table.warnings]
     tracks_by_rank: dict[int, dict[Group, Track]] = {}
+    codes = Codes(dumps)
     for rank, dump in dumps.items():
-        tracks_by_rank[rank], rank_notes = build_tracks(dump, table)
+        tracks_by_rank[rank], rank_notes = build_tracks(dump, table, codes)
         notes.extend(rank_notes)
         notes.extend(f"{dump.path}: {n}" for n in dump.notes)
     tracking = {rank: tracks_completion(dump) for rank, dump in dumps.items()}
@@ -39,7 +40,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     views: dict[Group, GroupView] = {}
     for group in table.groups:
         members = {r: tracks_by_rank[r][group] for r in group.ranks if r in tracks_by_rank and group in tracks_by_rank[r]}
-        views[group] = GroupView(group, members, dumps)
+        views[group] = GroupView(group, members, dumps, codes)
     siblings: dict[tuple, list[GroupView]] = defaultdict(list)
     for view in views.values():
         desc = view.group.desc

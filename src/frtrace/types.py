@@ -8,8 +8,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import eq, itemgetter
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 Shape = tuple[int, ...]
@@ -117,12 +116,12 @@ class EntryColumns(Sequence):
     """
 
     __slots__ = ("rank", "kinds", "kind", "states", "state", "record_id", "collective_seq_id", "p2p_seq_id",
-                 "time_created_ns", "time_started_ns", "time_completed_ns", "duration_ms", "stack_id", "by_name")
+                 "time_created_ns", "time_started_ns", "time_completed_ns", "duration_ms", "stack_id", "runs")
 
     def __init__(self, rank: int, kinds: tuple[Kind, ...], kind: Sequence[int], states: tuple[str, ...],
                  state: Sequence[int], record_id: Sequence, collective_seq_id: Sequence[int], p2p_seq_id: Sequence[int],
                  time_created_ns: Sequence[int], time_started_ns: Sequence[int], time_completed_ns: Sequence[int],
-                 duration_ms: Sequence[float], stack_id: Sequence[int], by_name: dict[str, Sequence[int]] | None = None) -> None:
+                 duration_ms: Sequence[float], stack_id: Sequence[int], runs: dict | None = None) -> None:
         self.rank = rank
         self.kinds = kinds
         self.kind = kind
@@ -136,7 +135,7 @@ class EntryColumns(Sequence):
         self.time_completed_ns = time_completed_ns
         self.duration_ms = duration_ms
         self.stack_id = stack_id
-        self.by_name = by_name
+        self.runs = runs  # per group name, made by runs.make_runs
 
     @classmethod
     def from_entries(cls, rank: int, entries: Sequence[Entry]) -> "EntryColumns":
@@ -181,22 +180,8 @@ class EntryColumns(Sequence):
     def kind_at(self, index: int) -> Kind:
         return self.kinds[self.kind[index]]
 
-    def positions_by_group_name(self) -> dict[str, Sequence[int]]:
-        """The indices of the entries of each process group name, in buffer order (kept once made)."""
-        if self.by_name is None:
-            number_of: dict[str, int] = {}
-            name_number = [number_of.setdefault(k.pg_name, len(number_of)) for k in self.kinds]
-            if len(number_of) == 1:
-                self.by_name = {name: range(len(self.kind)) for name in number_of}
-            else:
-                numbers = list(map(name_number.__getitem__, self.kind))
-                self.by_name = {name: array("I", compress(range(len(numbers)), map(eq, numbers, repeat(number))))
-                                for name, number in number_of.items()}
-                self.by_name = {name: positions for name, positions in self.by_name.items() if positions}
-        return self.by_name
-
     def used_kinds(self) -> list[Kind]:
-        """The kinds some entry has (a careful load may list none unused, but be sure)."""
+        """The kinds some entry has, in the order of their first entries."""
         present = set(self.kind)
         return [k for i, k in enumerate(self.kinds) if i in present]
 
@@ -207,7 +192,7 @@ class EntryColumns(Sequence):
     def __reduce__(self):
         return (EntryColumns, (self.rank, self.kinds, self.kind, self.states, self.state, self.record_id,
                                self.collective_seq_id, self.p2p_seq_id, self.time_created_ns, self.time_started_ns,
-                               self.time_completed_ns, self.duration_ms, self.stack_id, self.by_name))
+                               self.time_completed_ns, self.duration_ms, self.stack_id, self.runs))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,103 @@
+"""The column path (runs compared slice by slice, agreed collectives never built entry by entry)
+gives exactly what the entry-by-entry path gives: the same analysis and the same database."""
+
+from __future__ import annotations
+
+import importlib.util
+import pickle
+from argparse import Namespace
+from dataclasses import astuple
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from conftest import entry, make_dump, scenario_dirs, write_dumps
+from frtrace import builder, runs
+from frtrace.builder import build_database
+from frtrace.discover import find_dump_files
+from frtrace.groups import resolve_groups
+from frtrace.loader import load_dumps, normalize
+from frtrace.matcher import analyze
+from frtrace.types import EntryColumns
+from test_properties import dump_sets
+
+_spec = importlib.util.spec_from_file_location("generate", Path(__file__).parents[1] / "benchmarks" / "generate.py")
+generate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generate)
+
+
+def _analysis_and_db(directory: Path):
+    loaded = load_dumps(find_dump_files(str(directory), None), workers=1)
+    table = resolve_groups(loaded.dumps, loaded.ranks_named, None)
+    analysis = analyze(loaded.dumps, table, notes=loaded.notes)
+    return analysis, build_database(analysis, loaded.dumps, table)
+
+
+def _summary(analysis) -> tuple:
+    checks = [(c.group.name, c.group.ranks, c.collective_seq_id, c.missing_ranks, c.mismatch, c.entries) for c in analysis.checks]
+    findings = [astuple(f) for f in analysis.findings]  # groups compare by identity: as plain tuples
+    return (analysis.verdict, analysis.headline, analysis.culprit_ranks, findings, analysis.warnings,
+            analysis.culprit_entries, checks)
+
+
+def _assert_same_both_ways(directory: Path, monkeypatch) -> tuple:
+    fast, fast_db = _analysis_and_db(directory)
+    with monkeypatch.context() as patch:
+        patch.setattr(runs, "_first_seq", lambda *args: None)  # no run is a column track
+        slow, slow_db = _analysis_and_db(directory)
+    assert _summary(fast) == _summary(slow)
+    for name in fast_db._fields:
+        assert getattr(fast_db, name) == getattr(slow_db, name), name
+    return fast, slow
+
+
+def _generated(directory: Path, ranks=16, entries=120, tp=4, pp=1, fault="none", wrap=False) -> Path:
+    args = Namespace(ranks=ranks, entries=entries, tp=tp, pp=pp, fault=fault, wrap=wrap, out=str(directory))
+    for rank in range(ranks):
+        generate.write_rank((rank, args))
+    return directory
+
+
+@pytest.mark.parametrize("scenario", scenario_dirs(), ids=[p.name for p in scenario_dirs()])
+def test_fixtures_give_the_same_answer_by_column_and_entry_by_entry(scenario, monkeypatch):
+    _assert_same_both_ways(scenario, monkeypatch)
+
+
+@pytest.mark.parametrize("fault", ["none", "skip", "size", "dtype"])
+@pytest.mark.parametrize("wrap", [False, True], ids=["even", "wrapped"])
+@pytest.mark.parametrize("pp", [1, 2])
+def test_generated_jobs_give_the_same_answer_both_ways(fault, wrap, pp, tmp_path, monkeypatch):
+    fast, _ = _assert_same_both_ways(_generated(tmp_path, pp=pp, fault=fault, wrap=wrap), monkeypatch)
+    middle = 16 // 2 + 1  # where generate.py injects its fault
+    if fault == "none":
+        assert fast.verdict == "clean", fast.headline
+    else:
+        assert fast.verdict == "desync" and fast.culprit_ranks == (middle,), fast.headline
+
+
+def test_more_than_256_kinds_compare_as_arrays(tmp_path, monkeypatch):
+    # every collective has its own size: 300 kinds, past what one byte per code can hold
+    dumps = {r: make_dump([entry(seq=s, sizes=((s,),)) for s in range(1, 301)]
+                          + [entry(seq=301, sizes=((7 if r == 2 else 1,),))]) for r in range(4)}
+    fast, _ = _assert_same_both_ways(write_dumps(tmp_path, dumps), monkeypatch)
+    assert fast.verdict == "desync" and fast.culprit_ranks == (2,)
+    assert [c.collective_seq_id for c in fast.checks if c.mismatch] == [301]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dumps=dump_sets())
+def test_random_jobs_give_the_same_answer_both_ways(dumps, tmp_path_factory, monkeypatch):
+    _assert_same_both_ways(write_dumps(tmp_path_factory.mktemp("set"), dumps), monkeypatch)
+
+
+def test_entry_columns_read_back_the_entries_they_were_made_from():
+    raw = make_dump([entry(seq=1), entry(seq=2, op="broadcast", state="completed"), entry(seq=3, dtype="Half")])
+    dump = normalize(raw, 3, "rank3", "pickle")
+    entries = list(dump.entries)
+    again = EntryColumns.from_entries(3, entries)
+    assert list(again) == entries and again == entries
+    assert dump.entries[-1] == entries[2] and dump.entries[1:] == entries[1:]
+    assert list(reversed(dump.entries)) == entries[::-1]
+    assert list(pickle.loads(pickle.dumps(dump.entries))) == entries
+    assert [e.op for e in entries] == ["all_reduce", "broadcast", "all_reduce"] and entries[1].state == "completed"
