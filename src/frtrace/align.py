@@ -250,7 +250,7 @@ class GroupView:
         self._compare_columns()
 
     def _compare_columns(self) -> None:
-        columns = [(r, t) for r, t in self._collective if t.units is None]
+        columns = self._columns = [(r, t) for r, t in self._collective if t.units is None]
         self.reference: Track | None = None
         self.disputed: set[int] = set()  # seq ids that need the check entry by entry
         self.other_states: dict[int, set[str]] = {}  # seq id -> states besides the reference's
@@ -291,12 +291,14 @@ class GroupView:
             ok = self._kind_ok[kind] = rules.own_size_problem(kind, self.size) is None and not rules.is_all_to_all(kind.op)
         return ok
 
-    def agreed_summary(self, seq: int) -> tuple[int, Entry, set[str]]:
-        """For an agreed #seq: the lowest issuing rank, its entry, and the states of all issuers."""
+    def agreed_summary(self, seq: int) -> tuple[int, EntryColumns, int, Kind, set[str]]:
+        """For an agreed #seq: the lowest issuing rank, its entries and the position of its entry,
+        the kind all issuers hold, and the states they are in."""
         ref = self.reference
-        rank, track = next((r, t) for r, t in self._collective if t.covers(seq))
-        states = {self.codes.states[ref.states[seq - ref.first_seq]], *self.other_states.get(seq, ())}
-        return rank, track.unit(seq)[0], states
+        at = seq - ref.first_seq
+        rank, track = next((r, t) for r, t in self._columns if t.first_seq <= seq <= t.last_seq)
+        states = {self.codes.states[ref.states[at]], *self.other_states.get(seq, ())}
+        return rank, track.entries, track.positions[seq - track.first_seq], self.codes.kinds[ref.kinds[at]], states
 
     def unit(self, seq: int, rank: int) -> UnitEntries | None:
         track = self.tracks.get(rank)

@@ -91,12 +91,14 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     collective_of: dict[tuple[str, int], int] = {}  # (group id, seq) -> collective id
     spans: dict[Group, list] = {}  # group -> [first collective id, first seq, last seq, view]
     rank_sets: dict[tuple, frozenset] = {}
+    shown: dict[tuple, tuple] = {}  # (op, input sizes, output sizes) -> those columns, shared
     for check in analysis.checks:
         view = check.source
         if check.mismatch is None and view is not None and view.agreed(check.collective_seq_id):
-            # every issuer holds the same kind: the view answers without building their entries
-            reference_rank, head, states = view.agreed_summary(check.collective_seq_id)
-            unit = (head,)
+            # every issuer holds the same kind: read the lowest issuer's columns, build no entry
+            reference_rank, columns, at, kind, states = view.agreed_summary(check.collective_seq_id)
+            p2p_seq_id, record_id, stack_id = columns.p2p_seq_id[at], columns.record_id[at], columns.stack_id[at]
+            name, input_sizes, output_sizes = kind.op, kind.input_sizes, kind.output_sizes
             mismatched = None
         else:
             entries = check.entries
@@ -113,8 +115,15 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
                 mismatched = {r: "+".join(e.op for e in entries[r]) for r, sig in signature_of.items() if sig != reference}
             unit = entries[reference_rank]
             states = {u[-1].state for u in entries.values()}
+            head = unit[0]
+            p2p_seq_id, record_id, stack_id = head.p2p_seq_id, head.record_id, head.stack_id
+            name, input_sizes, output_sizes = head.op if len(unit) == 1 else unit[-1].op, head.input_sizes, head.output_sizes
+        key = (name, input_sizes, output_sizes)
+        columns_shown = shown.get(key)
+        if columns_shown is None:
+            columns_shown = shown[key] = (name, shared.shape_list(input_sizes), shared.shape_list(output_sizes),
+                                          rules.numel(input_sizes), rules.numel(output_sizes))
         group_id = ids[check.group.key]
-        head = unit[0]
         expected = rank_sets.get(check.group.key)
         if expected is None:
             expected = rank_sets[check.group.key] = frozenset(check.group.ranks)
@@ -127,11 +136,10 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
             span[2] = check.collective_seq_id
         rows.append((
             collective_id, group_id, check.mismatch is None and not check.missing_ranks, check.collective_seq_id,
-            head.p2p_seq_id, head.record_id if head.record_id is not None else -1, check.group.desc,
-            head.op if len(unit) == 1 else unit[-1].op,
-            shared.shape_list(head.input_sizes), shared.shape_list(head.output_sizes), expected,
-            states.pop() if len(states) == 1 else "mixed", shared.frame_list(dumps[reference_rank], head.stack_id),
-            rules.numel(head.input_sizes), rules.numel(head.output_sizes), frozenset(check.missing_ranks),
+            p2p_seq_id, record_id if record_id is not None else -1, check.group.desc, columns_shown[0],
+            columns_shown[1], columns_shown[2], expected, states.pop() if len(states) == 1 else "mixed",
+            shared.frame_list(dumps[reference_rank], stack_id), columns_shown[3], columns_shown[4],
+            frozenset(check.missing_ranks),
             mismatched or None, check.mismatch,
         ))
     collectives = Table(DbCollective, [list(c) for c in zip(*rows)] or [[] for _ in DbCollective._fields])
@@ -141,47 +149,37 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
 
     # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
     # ints as typed arrays and repeated values as codes: a few bytes per call, not pointers
-    group_codes: dict[str, int] = {}
-    op_codes: dict[str, int] = {}
-    shape_codes: dict[tuple, int] = {}
-    collective_ids, group_column, ranks, traceback_ids, op_column, size_column = (
-        array("q"), array("I"), array("i"), array("q"), array("I"), array("I"))
+    call_codes: dict[tuple, int] = {}  # (group id, op, input sizes) -> code
+    collective_ids, call_column, ranks, traceback_ids = array("q"), array("I"), array("i"), array("q")
     group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
     for rank, dump in dumps.items():
         entries = dump.entries
         if not len(entries):
             continue
-        group_of_kind, op_of_kind, size_of_kind, collective_group_of_kind = [], [], [], []
+        call_of_kind, collective_group_of_kind = [], []
         for kind in entries.kinds:
             group_id = group_id_of.get((rank, kind.pg_name), kind.pg_name)
-            group_of_kind.append(group_codes.setdefault(group_id, len(group_codes)))
+            call_of_kind.append(call_codes.setdefault((group_id, kind.op, kind.input_sizes), len(call_codes)))
             collective_group_of_kind.append(None if kind.is_p2p else group_id)  # p2p entries find no collective: -1
-            op_of_kind.append(op_codes.setdefault(kind.op, len(op_codes)))
-            if kind.input_sizes not in shape_codes:
-                shape_codes[kind.input_sizes] = len(shape_codes)
-                shared.shape_list(kind.input_sizes)
-            size_of_kind.append(shape_codes[kind.input_sizes])
-        traceback_id = dict(enumerate(traceback_of[rank]))
-        traceback_id[-1] = -1
+        traceback_id = [*traceback_of[rank], -1]  # stack id -1 (no frames) reads the last: -1
         offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
         if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset
             collective_ids.extend(map(add, entries.collective_seq_id, map(offset_of_kind.__getitem__, entries.kind)))
         else:
             keys = zip(map(collective_group_of_kind.__getitem__, entries.kind), entries.collective_seq_id)
             collective_ids.extend(map(collective_of.get, keys, repeat(-1)))
-        group_column.extend(map(group_of_kind.__getitem__, entries.kind))
-        ranks.extend(repeat(rank, len(entries)))
+        call_column.extend(map(call_of_kind.__getitem__, entries.kind))
+        ranks.extend(array("i", [rank]) * len(entries))
         traceback_ids.extend(map(traceback_id.__getitem__, entries.stack_id))
-        op_column.extend(map(op_of_kind.__getitem__, entries.kind))
-        size_column.extend(map(size_of_kind.__getitem__, entries.kind))
+    calls = list(call_codes)  # group, op and sizes share one code column: they follow from the kind
     ncclcalls = Table(NCCLCall, [
         range(len(collective_ids)),
         collective_ids,
-        CodedColumn(group_column, list(group_codes)),
+        CodedColumn(call_column, [group_id for group_id, _, _ in calls]),
         ranks,
         traceback_ids,
-        CodedColumn(op_column, list(op_codes)),
-        CodedColumn(size_column, [shared.shapes[s] for s in shape_codes]),
+        CodedColumn(call_column, [op for _, op, _ in calls]),
+        CodedColumn(call_column, [shared.shape_list(shapes) for _, _, shapes in calls]),
     ])
 
     findings = Table.from_rows(DbFinding, (
