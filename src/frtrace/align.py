@@ -101,7 +101,7 @@ def unknown_names(dumps: dict[int, Dump]) -> list[str]:
     ops: dict[str, int] = {}
     backends: dict[str, int] = {}
     for rank, dump in dumps.items():
-        for kind in dump.entries.used_kinds():
+        for kind in dump.entries.kinds:
             if not kind.is_p2p and kind.op not in rules.KNOWN_OPS:
                 ops.setdefault(kind.op or "(empty name)", rank)
             if kind.backend not in _KNOWN_BACKENDS:
@@ -116,8 +116,8 @@ def unknown_names(dumps: dict[int, Dump]) -> list[str]:
 
 
 def tracks_completion(dump: Dump) -> bool:
-    return (any(k.backend in _TRACKING_BACKENDS for k in dump.entries.used_kinds())
-            or any(s in ("completed", "started") for s in dump.entries.used_states()))
+    return (any(k.backend in _TRACKING_BACKENDS for k in dump.entries.kinds)
+            or any(s in ("completed", "started") for s in dump.entries.states))
 
 
 class Codes:
@@ -127,22 +127,30 @@ class Codes:
     def __init__(self, dumps: dict[int, Dump]) -> None:
         kind_ids: dict[Kind, int] = {}
         state_ids: dict[str, int] = {}
-        self._kind_maps = {rank: [kind_ids.setdefault(k, len(kind_ids)) for k in dump.entries.kinds] for rank, dump in dumps.items()}
-        self._state_maps = {rank: [state_ids.setdefault(s, len(state_ids)) for s in dump.entries.states] for rank, dump in dumps.items()}
+        kind_maps = {rank: [kind_ids.setdefault(k, len(kind_ids)) for k in dump.entries.kinds] for rank, dump in dumps.items()}
+        state_maps = {rank: [state_ids.setdefault(s, len(state_ids)) for s in dump.entries.states] for rank, dump in dumps.items()}
         self.kinds: list[Kind] = list(kind_ids)
         self.states: list[str] = list(state_ids)
+        self._kind_maps = {rank: _translation(m, len(self.kinds)) for rank, m in kind_maps.items()}
+        self._state_maps = {rank: _translation(m, len(self.states)) for rank, m in state_maps.items()}
 
     def kinds_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
-        return _translate(local, self._kind_maps[rank], len(self.kinds))
+        return _translate(local, self._kind_maps[rank])
 
     def states_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
-        return _translate(local, self._state_maps[rank], len(self.states))
+        return _translate(local, self._state_maps[rank])
 
 
-def _translate(local: Sequence[int], mapping: list[int], count: int) -> Sequence[int]:
-    if count <= 256:  # then every dump's local codes are bytes too
-        return bytes(iter(local)).translate(bytes(mapping) + bytes(256 - len(mapping)))
-    return runs.codes(list(map(mapping.__getitem__, local)), count)
+def _translation(mapping: list[int], count: int) -> bytes | list[int]:
+    """A bytes.translate table when every code fits in a byte (then every dump's local codes are
+    bytes too: a dump has no more kinds than all dumps), else the list."""
+    return bytes(mapping) + bytes(256 - len(mapping)) if count <= 256 else mapping
+
+
+def _translate(local: Sequence[int], mapping: bytes | list[int]) -> Sequence[int]:
+    if isinstance(mapping, bytes):
+        return local.translate(mapping)
+    return array("I", map(mapping.__getitem__, local))
 
 
 def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Group, Track], list[str]]:
@@ -250,7 +258,7 @@ class GroupView:
         self._compare_columns()
 
     def _compare_columns(self) -> None:
-        columns = self._columns = [(r, t) for r, t in self._collective if t.units is None]
+        columns = [(r, t) for r, t in self._collective if t.units is None]
         self.reference: Track | None = None
         self.disputed: set[int] = set()  # seq ids that need the check entry by entry
         self.other_states: dict[int, set[str]] = {}  # seq id -> states besides the reference's
@@ -279,6 +287,15 @@ class GroupView:
             if track.units is not None:
                 disputed.update(track.units)
         disputed.update(self.cut.values())
+        # the lowest-ranked column track holding each seq id of the reference's range
+        lowest: dict[tuple[int, int], tuple[int, Track]] = {}
+        for rank, track in columns:
+            lowest.setdefault((track.first_seq, track.last_seq), (rank, track))
+        self._owner: list[tuple[int, Track] | None] = [None] * (ref.last_seq - ref.first_seq + 1)
+        for (first, last), item in sorted(lowest.items(), key=lambda pair: -pair[1][0]):
+            a, b = max(first, ref.first_seq) - ref.first_seq, min(last, ref.last_seq) - ref.first_seq + 1
+            if a < b:
+                self._owner[a:b] = [item] * (b - a)
 
     def agreed(self, seq: int) -> bool:
         """Every issuer of #seq holds one kind, which breaks no size rule: the check has nothing to find."""
@@ -296,7 +313,7 @@ class GroupView:
         the kind all issuers hold, and the states they are in."""
         ref = self.reference
         at = seq - ref.first_seq
-        rank, track = next((r, t) for r, t in self._columns if t.first_seq <= seq <= t.last_seq)
+        rank, track = self._owner[at]
         states = {self.codes.states[ref.states[at]], *self.other_states.get(seq, ())}
         return rank, track.entries, track.positions[seq - track.first_seq], self.codes.kinds[ref.kinds[at]], states
 

@@ -93,10 +93,9 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     rank_sets: dict[tuple, frozenset] = {}
     shown: dict[tuple, tuple] = {}  # (op, input sizes, output sizes) -> those columns, shared
     for check in analysis.checks:
-        view = check.source
-        if check.mismatch is None and view is not None and view.agreed(check.collective_seq_id):
+        if check.agreed:
             # every issuer holds the same kind: read the lowest issuer's columns, build no entry
-            reference_rank, columns, at, kind, states = view.agreed_summary(check.collective_seq_id)
+            reference_rank, columns, at, kind, states = check.source.agreed_summary(check.collective_seq_id)
             p2p_seq_id, record_id, stack_id = columns.p2p_seq_id[at], columns.record_id[at], columns.stack_id[at]
             name, input_sizes, output_sizes = kind.op, kind.input_sizes, kind.output_sizes
             mismatched = None

@@ -34,7 +34,7 @@ def _size_hints(dumps: dict[int, Dump]) -> dict[str, int]:
     """Group sizes implied by all_gather shapes (output numel / input numel), per group name."""
     hints: dict[str, int] = {}
     for dump in dumps.values():
-        for kind in dump.entries.used_kinds():
+        for kind in dump.entries.kinds:
             if kind.op in _GATHER_OPS and kind.input_sizes and kind.output_sizes:
                 numel_in = sum(prod(s) for s in kind.input_sizes)
                 numel_out = sum(prod(s) for s in kind.output_sizes)
@@ -74,7 +74,7 @@ def resolve_groups(
     descs: dict[str, str] = {}
     for rank, dump in dumps.items():
         seen: set[str] = set()
-        for kind in dump.entries.used_kinds():  # in the order of their first entries
+        for kind in dump.entries.kinds:  # in the order of their first entries
             if kind.pg_name in seen:
                 continue
             seen.add(kind.pg_name)

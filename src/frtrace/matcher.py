@@ -59,7 +59,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
             if missing and key not in frontier:
                 frontier[key] = seq
             if view.agreed(seq):  # every issuer holds the same kind: nothing to compare
-                checks.append(CollectiveCheck(group, seq, missing, None, view))
+                checks.append(CollectiveCheck(group, seq, missing, None, view, agreed=True))
                 continue
             units = view.issuers(seq)
             verdict = checker.check(seq, units)

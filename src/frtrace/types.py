@@ -112,7 +112,8 @@ class EntryColumns(Sequence):
     """One rank's entries, stored by column: a kind code per entry and its numbers in arrays.
 
     About 60 bytes an entry instead of an Entry tuple's 400 with its ints. Reads as a sequence
-    of Entry (built when read); the matcher works on the columns themselves.
+    of Entry (built when read); the matcher works on the columns themselves. Every kind and state
+    listed is held by some entry, and they are listed in the order of their first entries.
     """
 
     __slots__ = ("rank", "kinds", "kind", "states", "state", "record_id", "collective_seq_id", "p2p_seq_id",
@@ -179,15 +180,6 @@ class EntryColumns(Sequence):
 
     def kind_at(self, index: int) -> Kind:
         return self.kinds[self.kind[index]]
-
-    def used_kinds(self) -> list[Kind]:
-        """The kinds some entry has, in the order of their first entries."""
-        present = set(self.kind)
-        return [k for i, k in enumerate(self.kinds) if i in present]
-
-    def used_states(self) -> list[str]:
-        present = set(self.state)
-        return [s for i, s in enumerate(self.states) if i in present]
 
     def __reduce__(self):
         return (EntryColumns, (self.rank, self.kinds, self.kind, self.states, self.state, self.record_id,
@@ -310,6 +302,7 @@ class CollectiveCheck:
     missing_ranks: tuple[int, ...]
     mismatch: str | None  # the finding kind, when this collective is where a desync was found
     source: Any = field(repr=False, compare=False, default=None)
+    agreed: bool = False  # every issuer holds the same kind, breaking no size rule (see GroupView.agreed)
 
     @property
     def entries(self) -> dict[int, tuple[Entry, ...]]:
