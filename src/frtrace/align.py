@@ -11,7 +11,8 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import groupby
 from dataclasses import dataclass, field
 
 from . import rules, runs
@@ -308,14 +309,16 @@ class GroupView:
             ok = self._kind_ok[kind] = rules.own_size_problem(kind, self.size) is None and not rules.is_all_to_all(kind.op)
         return ok
 
-    def agreed_summary(self, seq: int) -> tuple[int, EntryColumns, int, Kind, set[str]]:
-        """For an agreed #seq: the lowest issuing rank, its entries and the position of its entry,
-        the kind all issuers hold, and the states they are in."""
-        ref = self.reference
-        at = seq - ref.first_seq
-        rank, track = self._owner[at]
-        states = {self.codes.states[ref.states[at]], *self.other_states.get(seq, ())}
-        return rank, track.entries, track.positions[seq - track.first_seq], self.codes.kinds[ref.kinds[at]], states
+    def owners(self, first: int, last: int) -> Iterator[tuple[int, Track, int, int]]:
+        """Agreed seq ids first..last, split where their lowest issuing rank changes:
+        (rank, its track, first seq id, last seq id) per part."""
+        base = self.reference.first_seq
+        seq = first
+        for _, same in groupby(self._owner[first - base:last - base + 1], key=id):
+            same = list(same)
+            rank, track = same[0]
+            yield rank, track, seq, seq + len(same) - 1
+            seq += len(same)
 
     def unit(self, seq: int, rank: int) -> UnitEntries | None:
         track = self.tracks.get(rank)

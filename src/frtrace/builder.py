@@ -14,7 +14,7 @@ from itertools import repeat
 from operator import add
 from typing import IO
 
-from . import rules
+from .collectives_table import CollectiveColumns
 from .groups import GroupTable
 from .types import (
     Analysis,
@@ -87,64 +87,10 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
             per_stack.append(by_text[text])
         traceback_of[rank] = tuple(per_stack)
 
-    rows: list[tuple] = []  # DbCollective fields, turned into columns: no row objects kept
-    collective_of: dict[tuple[str, int], int] = {}  # (group id, seq) -> collective id
-    spans: dict[Group, list] = {}  # group -> [first collective id, first seq, last seq, view]
-    rank_sets: dict[tuple, frozenset] = {}
-    shown: dict[tuple, tuple] = {}  # (op, input sizes, output sizes) -> those columns, shared
-    for check in analysis.checks:
-        if check.agreed:
-            # every issuer holds the same kind: read the lowest issuer's columns, build no entry
-            reference_rank, columns, at, kind, states = check.source.agreed_summary(check.collective_seq_id)
-            p2p_seq_id, record_id, stack_id = columns.p2p_seq_id[at], columns.record_id[at], columns.stack_id[at]
-            name, input_sizes, output_sizes = kind.op, kind.input_sizes, kind.output_sizes
-            mismatched = None
-        else:
-            entries = check.entries
-            if not entries:
-                continue
-            if check.mismatch is None:  # every issuer agreed: any of them is the reference
-                reference_rank = next(iter(entries))
-                mismatched = None
-            else:
-                signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes) for e in unit)
-                                for r, unit in entries.items()}
-                reference = Counter(signature_of.values()).most_common(1)[0][0]
-                reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
-                mismatched = {r: "+".join(e.op for e in entries[r]) for r, sig in signature_of.items() if sig != reference}
-            unit = entries[reference_rank]
-            states = {u[-1].state for u in entries.values()}
-            head = unit[0]
-            p2p_seq_id, record_id, stack_id = head.p2p_seq_id, head.record_id, head.stack_id
-            name, input_sizes, output_sizes = head.op if len(unit) == 1 else unit[-1].op, head.input_sizes, head.output_sizes
-        key = (name, input_sizes, output_sizes)
-        columns_shown = shown.get(key)
-        if columns_shown is None:
-            columns_shown = shown[key] = (name, shared.shape_list(input_sizes), shared.shape_list(output_sizes),
-                                          rules.numel(input_sizes), rules.numel(output_sizes))
-        group_id = ids[check.group.key]
-        expected = rank_sets.get(check.group.key)
-        if expected is None:
-            expected = rank_sets[check.group.key] = frozenset(check.group.ranks)
-        collective_id = len(rows)
-        collective_of[(group_id, check.collective_seq_id)] = collective_id
-        span = spans.get(check.group)
-        if span is None:
-            spans[check.group] = [collective_id, check.collective_seq_id, check.collective_seq_id, check.source]
-        else:
-            span[2] = check.collective_seq_id
-        rows.append((
-            collective_id, group_id, check.mismatch is None and not check.missing_ranks, check.collective_seq_id,
-            p2p_seq_id, record_id if record_id is not None else -1, check.group.desc, columns_shown[0],
-            columns_shown[1], columns_shown[2], expected, states.pop() if len(states) == 1 else "mixed",
-            shared.frame_list(dumps[reference_rank], stack_id), columns_shown[3], columns_shown[4],
-            frozenset(check.missing_ranks),
-            mismatched or None, check.mismatch,
-        ))
-    collectives = Table(DbCollective, [list(c) for c in zip(*rows)] or [[] for _ in DbCollective._fields])
-    # a group whose collectives are seq ids first..last without a gap: id = seq + offset
-    offsets = {group: first_id - first for group, (first_id, first, last, _) in spans.items()
-               if collective_of[(ids[group.key], last)] - first_id == last - first}
+    built = CollectiveColumns(dumps, {g: ids[g.key] for g in analysis.groups}, shared)
+    built.add(list(analysis.checks))
+    collectives = Table(DbCollective, built.columns)
+    collective_of, spans, offsets = built.collective_of, built.spans, built.offsets()
 
     # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
     # ints as typed arrays and repeated values as codes: a few bytes per call, not pointers

@@ -1,0 +1,143 @@
+"""The database's collectives table, one row per aligned collective, built by column.
+
+Runs of agreed collectives (every issuer holds the same kind, see GroupView.agreed) are added a
+run at a time, by C-level maps over the lowest issuer's columns; the others row by row from
+their entries, with the majority as the reference."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import Counter
+from itertools import repeat
+from operator import not_
+
+from . import rules
+from .types import CollectiveCheck, DbCollective, Dump, Group, Kind
+
+
+class CollectiveColumns:
+    def __init__(self, dumps: dict[int, Dump], ids: dict[Group, str], shared) -> None:
+        self.dumps = dumps
+        self.ids = ids
+        self.shared = shared  # one list object per distinct shape list and stack
+        self.columns: list[list] = [[] for _ in DbCollective._fields]
+        self.collective_of: dict[tuple[str, int], int] = {}  # (group id, seq) -> collective id
+        self.spans: dict[Group, list] = {}  # group -> [first collective id, first seq, last seq, view]
+        self._expected: dict[Group, frozenset] = {}
+        self._shown: dict[tuple, tuple] = {}  # (op, input sizes, output sizes) -> their columns
+        self._other_seqs: dict[int, list[int]] = {}  # id(view) -> its seq ids with other states, sorted
+
+    def add(self, checks: list[CollectiveCheck]) -> None:
+        """Add the checks of the analysis, in order."""
+        i = 0
+        while i < len(checks):
+            check = checks[i]
+            if not check.agreed:
+                self._add_one(check)
+                i += 1
+                continue
+            j = i + 1
+            while (j < len(checks) and checks[j].agreed and checks[j].group is check.group
+                   and checks[j].collective_seq_id == checks[j - 1].collective_seq_id + 1):
+                j += 1
+            self._add_agreed(checks[i:j])
+            i = j
+
+    def _shown_of(self, name: str, input_sizes: tuple, output_sizes: tuple) -> tuple:
+        key = (name, input_sizes, output_sizes)
+        found = self._shown.get(key)
+        if found is None:
+            found = self._shown[key] = (name, self.shared.shape_list(input_sizes), self.shared.shape_list(output_sizes),
+                                        rules.numel(input_sizes), rules.numel(output_sizes))
+        return found
+
+    def _group(self, group: Group, first_seq: int, last_seq: int, view, count: int) -> tuple[str, frozenset, int]:
+        """The group's id and rank set, and the id of the first of `count` new rows."""
+        first_id = len(self.columns[0])
+        span = self.spans.get(group)
+        if span is None:
+            self.spans[group] = [first_id, first_seq, last_seq, view]
+        else:
+            span[2] = last_seq
+        expected = self._expected.get(group)
+        if expected is None:
+            expected = self._expected[group] = frozenset(group.ranks)
+        group_id = self.ids[group]
+        self.collective_of.update(zip(zip(repeat(group_id), range(first_seq, last_seq + 1)), range(first_id, first_id + count)))
+        return group_id, expected, first_id
+
+    def _add_agreed(self, checks: list[CollectiveCheck]) -> None:
+        view = checks[0].source
+        group = checks[0].group
+        first, last, n = checks[0].collective_seq_id, checks[-1].collective_seq_id, len(checks)
+        group_id, expected, first_id = self._group(group, first, last, view, n)
+        (ids, group_ids, passed, seqs, p2p_seqs, record_ids, descs, names, input_sizes, output_sizes, expected_ranks,
+         states, frames, input_numels, output_numels, missing_ranks, mismatched, mismatch) = self.columns
+        ids.extend(range(first_id, first_id + n))
+        group_ids.extend(repeat(group_id, n))
+        missing = [c.missing_ranks for c in checks]
+        passed.extend(map(not_, missing))
+        seqs.extend(range(first, last + 1))
+        for rank, track, a, b in view.owners(first, last):
+            entries = track.entries
+            positions = track.positions[a - track.first_seq:b - track.first_seq + 1]
+            p2p_seqs.extend(map(entries.p2p_seq_id.__getitem__, positions))
+            record_ids.extend(-1 if r is None else r for r in map(entries.record_id.__getitem__, positions))
+            stacks = list(map(entries.stack_id.__getitem__, positions))
+            frames_of = {s: self.shared.frame_list(self.dumps[rank], s) for s in set(stacks)}
+            frames.extend(map(frames_of.__getitem__, stacks))
+        descs.extend(repeat(group.desc, n))
+        ref, codes = view.reference, view.codes
+        at = slice(first - ref.first_seq, last - ref.first_seq + 1)
+        kinds: list[Kind] = list(map(codes.kinds.__getitem__, ref.kinds[at]))
+        shown = list(map(self._kind_shown, kinds))
+        for column, i in ((names, 0), (input_sizes, 1), (output_sizes, 2), (input_numels, 3), (output_numels, 4)):
+            column.extend(s[i] for s in shown)
+        expected_ranks.extend(repeat(expected, n))
+        run_states = list(map(codes.states.__getitem__, ref.states[at]))
+        others = self._other_seqs.get(id(view))
+        if others is None:
+            others = self._other_seqs[id(view)] = sorted(view.other_states)
+        for seq in others[bisect_left(others, first):bisect_right(others, last)]:
+            run_states[seq - first] = "mixed"  # some issuer is in another state than the reference's
+        states.extend(run_states)
+        missing_ranks.extend(map(frozenset, missing))
+        mismatched.extend(repeat(None, n))
+        mismatch.extend(repeat(None, n))
+
+    def _kind_shown(self, kind: Kind) -> tuple:
+        return self._shown_of(kind.op, kind.input_sizes, kind.output_sizes)
+
+    def _add_one(self, check: CollectiveCheck) -> None:
+        entries = check.entries
+        if not entries:
+            return
+        if check.mismatch is None:  # every issuer agreed: any of them is the reference
+            reference_rank = next(iter(entries))
+            mismatched = None
+        else:
+            signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes) for e in unit)
+                            for r, unit in entries.items()}
+            reference = Counter(signature_of.values()).most_common(1)[0][0]
+            reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
+            mismatched = {r: "+".join(e.op for e in entries[r]) for r, sig in signature_of.items() if sig != reference}
+        unit = entries[reference_rank]
+        states = {u[-1].state for u in entries.values()}
+        head = unit[0]
+        shown = self._shown_of(head.op if len(unit) == 1 else unit[-1].op, head.input_sizes, head.output_sizes)
+        seq = check.collective_seq_id
+        group_id, expected, collective_id = self._group(check.group, seq, seq, check.source, 1)
+        row = (
+            collective_id, group_id, check.mismatch is None and not check.missing_ranks, seq,
+            head.p2p_seq_id, head.record_id if head.record_id is not None else -1, check.group.desc, shown[0],
+            shown[1], shown[2], expected, states.pop() if len(states) == 1 else "mixed",
+            self.shared.frame_list(self.dumps[reference_rank], head.stack_id), shown[3], shown[4],
+            frozenset(check.missing_ranks), mismatched or None, check.mismatch,
+        )
+        for column, value in zip(self.columns, row):
+            column.append(value)
+
+    def offsets(self) -> dict[Group, int]:
+        """Per group whose collectives are seq ids first..last without a gap: id - seq."""
+        return {group: first_id - first for group, (first_id, first, last, _) in self.spans.items()
+                if self.collective_of[(self.ids[group], last)] - first_id == last - first}
