@@ -263,7 +263,6 @@ class GroupView:
         self.reference: Track | None = None
         self.disputed: set[int] = set()  # seq ids that need the check entry by entry
         self.other_states: dict[int, set[str]] = {}  # seq id -> states besides the reference's
-        self._kind_ok: dict[Kind, bool] = {}
         if not columns:
             return
         ref = self.reference = max(columns, key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
@@ -292,6 +291,7 @@ class GroupView:
         lowest: dict[tuple[int, int], tuple[int, Track]] = {}
         for rank, track in columns:
             lowest.setdefault((track.first_seq, track.last_seq), (rank, track))
+        self._agreed = self._agreed_flags()
         self._owner: list[tuple[int, Track] | None] = [None] * (ref.last_seq - ref.first_seq + 1)
         for (first, last), item in sorted(lowest.items(), key=lambda pair: -pair[1][0]):
             a, b = max(first, ref.first_seq) - ref.first_seq, min(last, ref.last_seq) - ref.first_seq + 1
@@ -301,13 +301,24 @@ class GroupView:
     def agreed(self, seq: int) -> bool:
         """Every issuer of #seq holds one kind, which breaks no size rule: the check has nothing to find."""
         ref = self.reference
-        if ref is None or not ref.first_seq <= seq <= ref.last_seq or seq in self.disputed:
-            return False
-        kind = self.codes.kinds[ref.kinds[seq - ref.first_seq]]
-        ok = self._kind_ok.get(kind)
-        if ok is None:
-            ok = self._kind_ok[kind] = rules.own_size_problem(kind, self.size) is None and not rules.is_all_to_all(kind.op)
-        return ok
+        return ref is not None and ref.first_seq <= seq <= ref.last_seq and self._agreed[seq - ref.first_seq] == 1
+
+    def _agreed_flags(self) -> bytearray:
+        """Per seq id of the reference's range, 1 where agreed: its kind breaks no rule (found for
+        the whole range at once with bytes.translate), it is not disputed."""
+        ref = self.reference
+        ok = bytearray(256 if isinstance(ref.kinds, bytes) else len(self.codes.kinds))
+        for code in set(ref.kinds):
+            kind = self.codes.kinds[code]
+            ok[code] = rules.own_size_problem(kind, self.size) is None and not rules.is_all_to_all(kind.op)
+        if isinstance(ref.kinds, bytes):
+            flags = bytearray(ref.kinds.translate(ok))
+        else:
+            flags = bytearray(map(ok.__getitem__, ref.kinds))
+        for seq in self.disputed:
+            if ref.first_seq <= seq <= ref.last_seq:
+                flags[seq - ref.first_seq] = 0
+        return flags
 
     def owners(self, first: int, last: int) -> Iterator[tuple[int, Track, int, int]]:
         """Agreed seq ids first..last, split where their lowest issuing rank changes:
@@ -333,6 +344,8 @@ class GroupView:
         return found
 
     def not_issued(self, seq: int) -> tuple[int, ...]:
+        if not self._last_values or seq <= self._last_values[0]:
+            return ()
         count = bisect_left(self._last_values, seq)
         return tuple(sorted(rank for _, rank in self._lasts[:count])) if count else ()
 

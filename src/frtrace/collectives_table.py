@@ -6,13 +6,14 @@ their entries, with the majority as the reference."""
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from itertools import repeat
 from operator import not_
 
 from . import rules
-from .types import CollectiveCheck, DbCollective, Dump, Group, Kind
+from .types import CollectiveCheck, DbCollective, Dump, Group
 
 
 class CollectiveColumns:
@@ -26,6 +27,7 @@ class CollectiveColumns:
         self._expected: dict[Group, frozenset] = {}
         self._shown: dict[tuple, tuple] = {}  # (op, input sizes, output sizes) -> their columns
         self._other_seqs: dict[int, list[int]] = {}  # id(view) -> its seq ids with other states, sorted
+        self._by_code: list[list] | None = None  # see _display; every view shares one Codes
 
     def add(self, checks: list[CollectiveCheck]) -> None:
         """Add the checks of the analysis, in order."""
@@ -82,17 +84,17 @@ class CollectiveColumns:
             entries = track.entries
             positions = track.positions[a - track.first_seq:b - track.first_seq + 1]
             p2p_seqs.extend(map(entries.p2p_seq_id.__getitem__, positions))
-            record_ids.extend(-1 if r is None else r for r in map(entries.record_id.__getitem__, positions))
+            found = map(entries.record_id.__getitem__, positions)
+            record_ids.extend(found if isinstance(entries.record_id, array) else (-1 if r is None else r for r in found))
             stacks = list(map(entries.stack_id.__getitem__, positions))
             frames_of = {s: self.shared.frame_list(self.dumps[rank], s) for s in set(stacks)}
             frames.extend(map(frames_of.__getitem__, stacks))
         descs.extend(repeat(group.desc, n))
         ref, codes = view.reference, view.codes
         at = slice(first - ref.first_seq, last - ref.first_seq + 1)
-        kinds: list[Kind] = list(map(codes.kinds.__getitem__, ref.kinds[at]))
-        shown = list(map(self._kind_shown, kinds))
-        for column, i in ((names, 0), (input_sizes, 1), (output_sizes, 2), (input_numels, 3), (output_numels, 4)):
-            column.extend(s[i] for s in shown)
+        run_kinds = ref.kinds[at]
+        for column, by_code in zip((names, input_sizes, output_sizes, input_numels, output_numels), self._display(codes)):
+            column.extend(map(by_code.__getitem__, run_kinds))
         expected_ranks.extend(repeat(expected, n))
         run_states = list(map(codes.states.__getitem__, ref.states[at]))
         others = self._other_seqs.get(id(view))
@@ -105,8 +107,12 @@ class CollectiveColumns:
         mismatched.extend(repeat(None, n))
         mismatch.extend(repeat(None, n))
 
-    def _kind_shown(self, kind: Kind) -> tuple:
-        return self._shown_of(kind.op, kind.input_sizes, kind.output_sizes)
+    def _display(self, codes) -> list[list]:
+        """Per global kind code, what its rows show: name, sizes (shared lists), numels; by column."""
+        if self._by_code is None:
+            shown = [self._shown_of(k.op, k.input_sizes, k.output_sizes) for k in codes.kinds]
+            self._by_code = [list(column) for column in zip(*shown)] if shown else [[] for _ in range(5)]
+        return self._by_code
 
     def _add_one(self, check: CollectiveCheck) -> None:
         entries = check.entries

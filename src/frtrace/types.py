@@ -217,9 +217,9 @@ class Dump:
         buffer no longer holds the oldest. Without record_id (formats before 1.4) we cannot tell
         and assume it wrapped, which only makes the analysis more careful.
         """
-        if not self.entries:
+        if not len(self.entries):
             return False
-        first = self.entries[0].record_id
+        first = self.entries.record_id[0]
         return first is None or first > 0
 
 
@@ -290,18 +290,17 @@ class Finding:
     decided: bool = True  # False: a desync is certain but not who caused it
 
 
-@dataclass(frozen=True, slots=True)
-class CollectiveCheck:
+class CollectiveCheck(NamedTuple):
     """One aligned collective of one group, as every member that issued it recorded it.
 
     `source` is the matcher's view of the group; the entries are read from it when asked for,
-    so a million checks hold no entries of their own."""
+    so a million checks hold no entries of their own. A NamedTuple: there is one per collective."""
 
     group: Group
     collective_seq_id: int
     missing_ranks: tuple[int, ...]
     mismatch: str | None  # the finding kind, when this collective is where a desync was found
-    source: Any = field(repr=False, compare=False, default=None)
+    source: Any = None
     agreed: bool = False  # every issuer holds the same kind, breaking no size rule (see GroupView.agreed)
 
     @property
