@@ -335,3 +335,39 @@ def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
     assert pools == [2], "the worker pool was not used"
     assert parallel == serial
     assert sorted(parallel.dumps) == list(range(18)) and len(parallel.skipped) == 2
+
+
+def test_workers_take_files_as_they_answer_so_one_slow_file_holds_up_no_other(tmp_path):
+    from frtrace.workers import in_workers
+
+    marker = tmp_path / "job 18 done"
+
+    def load(job):
+        if job == 0:  # waits for job 18: with a fixed share per worker (0, 2, ..., 18) it never would
+            for _ in range(400):
+                if marker.exists():
+                    return ("released", os.getpid())
+                threading.Event().wait(0.05)
+            return ("timed out", os.getpid())
+        if job == 18:
+            marker.touch()
+        return (job, os.getpid())
+
+    results = list(in_workers(load, list(range(20)), 2))
+    assert results[0][0] == "released"
+    assert [r[0] for r in results[1:]] == list(range(1, 20))  # answers come back in job order
+
+
+def test_a_worker_that_dies_costs_only_the_files_it_held(tmp_path):
+    from frtrace.workers import in_workers
+
+    def load(job):
+        if job[1] == 5:
+            os._exit(1)  # as if killed (out of memory)
+        return job
+
+    results = list(in_workers(load, [(f"file{i}", i) for i in range(12)], 2))
+    lost = [i for i, r in enumerate(results) if isinstance(r, DumpError)]
+    assert 5 in lost and len(lost) <= 3  # job 5 and what that worker held ahead of it
+    assert all(results[i] == (f"file{i}", i) for i in range(12) if i not in lost)
+    assert all("worker process" in results[i].reason and results[i].path == f"file{i}" for i in lost)

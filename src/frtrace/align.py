@@ -151,7 +151,7 @@ def _translation(mapping: list[int], count: int) -> bytes | list[int]:
 def _translate(local: Sequence[int], mapping: bytes | list[int]) -> Sequence[int]:
     if isinstance(mapping, bytes):
         return local.translate(mapping)
-    return array("I", map(mapping.__getitem__, local))
+    return array("I", map(mapping.__getitem__, local))  # more than 256 codes
 
 
 def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Group, Track], list[str]]:

@@ -15,7 +15,7 @@ from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
-from .types import EntryColumns, Frame, Kind, float_column, int_column, time_column
+from .types import EntryColumns, Frame, Kind, code_column, float_column, int_column, time_column
 
 DTYPE_NAMES = {
     "float": "Float", "double": "Double", "half": "Half", "bfloat16": "BFloat16", "c10::bfloat16": "BFloat16",
@@ -93,8 +93,8 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     if stack_ids is None:
         return None
     return EntryColumns(
-        rank, tuple(kinds), array("I", map(code_of.__getitem__, keys)), tuple(map(sys.intern, state_of)),
-        array("I", map(state_of.__getitem__, states)), int_column(record_ids), int_column(coll_seqs), int_column(p2p_seqs),
+        rank, tuple(kinds), code_column(map(code_of.__getitem__, keys), len(kinds)), tuple(map(sys.intern, state_of)),
+        code_column(map(state_of.__getitem__, states), len(state_of)), int_column(record_ids), int_column(coll_seqs), int_column(p2p_seqs),
         time_column(created), time_column(started), time_column(completed), float_column(durations), stack_ids,
     )
 

@@ -12,7 +12,7 @@ from operator import eq
 from typing import NamedTuple
 
 from .rules import COALESCED_TERMINATORS
-from .types import EntryColumns
+from .types import EntryColumns, code_column
 
 
 class Run(NamedTuple):
@@ -22,37 +22,34 @@ class Run(NamedTuple):
     states: Sequence[int]  # the entries' state codes, likewise
 
 
-def codes(values: Sequence[int], count: int) -> Sequence[int]:
-    """Codes below `count` as bytes when they fit (sliced and compared fastest), else an array."""
-    return bytes(iter(values)) if count <= 256 else array("I", values)  # iter: not an array's raw buffer
-
-
 def make_runs(columns: EntryColumns) -> dict[str, Run]:
     number_of: dict[str, int] = {}
     name_number = [number_of.setdefault(k.pg_name, len(number_of)) for k in columns.kinds]
     count = len(columns)
+    if len(number_of) == 1:
+        name = next(iter(number_of))
+        return {name: Run(range(count), _first_seq(columns, columns.collective_seq_id, columns.kind),
+                          code_column(columns.kind, len(columns.kinds)), code_column(columns.state, len(columns.states)))}
     runs: dict[str, Run] = {}
     for name, number in number_of.items():
-        if len(number_of) == 1:
-            positions: Sequence[int] = range(count)
-            kinds, states = columns.kind, columns.state
+        # a 0/1 byte per entry, 1 where the entry is in this group: compress() selects by it in C
+        if isinstance(columns.kind, bytes):
+            mask = columns.kind.translate(bytes(n == number for n in name_number) + bytes(256 - len(name_number)))
         else:
-            positions = array("I", compress(range(count), map(eq, map(name_number.__getitem__, columns.kind), repeat(number))))
-            if not positions:
-                continue
-            kinds = list(map(columns.kind.__getitem__, positions))
-            states = list(map(columns.state.__getitem__, positions))
-        runs[name] = Run(positions, _first_seq(columns, positions, kinds),
-                         codes(kinds, len(columns.kinds)), codes(states, len(columns.states)))
+            mask = bytes(map(eq, map(name_number.__getitem__, columns.kind), repeat(number)))
+        positions = array("I", compress(range(count), mask))
+        if not positions:
+            continue
+        kinds = code_column(compress(columns.kind, mask), len(columns.kinds))
+        seqs = list(compress(columns.collective_seq_id, mask))
+        runs[name] = Run(positions, _first_seq(columns, seqs, kinds),
+                         kinds, code_column(compress(columns.state, mask), len(columns.states)))
     return runs
 
 
-def _first_seq(columns: EntryColumns, positions: Sequence[int], kinds: Sequence[int]) -> int | None:
+def _first_seq(columns: EntryColumns, seqs: Sequence[int], kinds: Sequence[int]) -> int | None:
     if any(columns.kinds[k].is_p2p or columns.kinds[k].op in COALESCED_TERMINATORS for k in set(kinds)):
         return None
-    seqs = columns.collective_seq_id
-    if not isinstance(positions, range):
-        seqs = list(map(seqs.__getitem__, positions))
     first = seqs[0]
     try:
         consecutive = array("q", seqs) == array("q", range(first, first + len(seqs)))

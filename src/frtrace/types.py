@@ -98,6 +98,12 @@ def time_column(values: Sequence) -> Sequence[int]:
     return int_column(values)
 
 
+def code_column(values: Iterable[int], count: int) -> Sequence[int]:
+    """Codes below `count`: bytes when they fit in one (1 byte each, and bytes.translate maps
+    them at C speed), else an array of 4-byte ints."""
+    return bytes(iter(values)) if count <= 256 else array("I", values)  # iter: not an array's raw buffer
+
+
 def float_column(values: Sequence) -> Sequence[float]:
     """Floats in an array, NaN for None."""
     if None in values:
@@ -147,7 +153,7 @@ class EntryColumns(Sequence):
         by_field = list(zip(*entries)) if entries else [()] * len(ENTRY_FIELDS)
         column = dict(zip(ENTRY_FIELDS, by_field))
         return cls(
-            rank, tuple(kind_of), array("I", kinds), tuple(state_of), array("I", states),
+            rank, tuple(kind_of), code_column(kinds, len(kind_of)), tuple(state_of), code_column(states, len(state_of)),
             int_column(column["record_id"]), int_column(column["collective_seq_id"]), int_column(column["p2p_seq_id"]),
             time_column(column["time_created_ns"]), time_column(column["time_started_ns"]),
             time_column(column["time_completed_ns"]), float_column(column["duration_ms"]), int_column(column["stack_id"]),
