@@ -38,6 +38,20 @@ CREATE INDEX memberships_by_rank ON memberships (global_rank);
 """
 
 
+class _SharedJson:
+    """JSON text of values that many rows share (one sizes tuple per kind): made once per object.
+    Keyed by identity, so only for objects that live as long as this does."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, str | None] = {}
+
+    def __call__(self, value) -> str | None:
+        text = self._texts.get(id(value), ...)
+        if text is ...:
+            text = self._texts[id(value)] = _json(value)
+        return text
+
+
 def _json(value) -> str | None:
     if value is None:
         return None
@@ -49,6 +63,7 @@ def _json(value) -> str | None:
 def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: str) -> None:
     """Write every table and the raw entries into a new SQLite file at `path`."""
     ids = group_ids(table.groups)
+    shared = _SharedJson()  # sizes and dtypes: a few objects shared by every row (db and dumps outlive it)
     connection = sqlite3.connect(path)
     try:
         connection.executescript(SCHEMA)
@@ -58,13 +73,13 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
         connection.executemany(
             "INSERT INTO collectives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((c.id, c.group_id, int(c.pass_check), c.collective_seq_id, c.p2p_seq_id, c.record_id, c.pg_desc,
-              c.collective_name, _json(c.input_sizes), _json(c.output_sizes), _json(c.expected_ranks), c.collective_state,
+              c.collective_name, shared(c.input_sizes), shared(c.output_sizes), shared(c.expected_ranks), c.collective_state,
               c.input_numel, c.output_numel, _json(c.missing_ranks), _json(c.mismatch_collectives), c.type_of_mismatch)
              for c in db.collectives))
         connection.executemany(
             "INSERT INTO ncclcalls VALUES (?, ?, ?, ?, ?, ?, ?)",
             ((c.id, c.collective_id if c.collective_id >= 0 else None, c.group_id, c.global_rank,
-              c.traceback_id if c.traceback_id >= 0 else None, c.collective_type, _json(c.sizes)) for c in db.ncclcalls))
+              c.traceback_id if c.traceback_id >= 0 else None, c.collective_type, shared(c.sizes)) for c in db.ncclcalls))
         connection.executemany(
             "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((f.id, f.kind, f.group_id, f.pg_desc, f.collective_seq_id, f.p2p_seq_id, f.op, _json(f.ranks),
@@ -75,7 +90,7 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
             "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((e.rank, e.index, e.record_id, ids[g.key] if (g := table.group_of(e.rank, e.pg_name)) else e.pg_name,
               e.pg_name, e.pg_desc, None if e.is_p2p else e.collective_seq_id, e.p2p_seq_id if e.is_p2p else None,
-              e.op, e.backend, _json(e.input_sizes), _json(e.output_sizes), _json(e.input_dtypes), _json(e.output_dtypes),
+              e.op, e.backend, shared(e.input_sizes), shared(e.output_sizes), shared(e.input_dtypes), shared(e.output_dtypes),
               e.state, int(e.is_p2p), e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.duration_ms,
               traceback_of[e.rank][e.stack_id] if e.stack_id >= 0 else None)
              for dump in dumps.values() for e in dump.entries))

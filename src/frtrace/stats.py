@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from itertools import pairwise
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -73,11 +74,19 @@ def _duration_ms(entry: Entry) -> float | None:
 
 
 def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
-    """Per-op statistics and stragglers from the aligned collectives of an analysis."""
+    """Per-op statistics and stragglers from the aligned collectives of an analysis.
+
+    One pass over the collectives: their entries are read from the columns at each look."""
     per_op: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0, [], True])
+    next_start = _next_starts(dumps)
+    last_counts: dict[int, list[float]] = defaultdict(list)
+    taking_part: dict[int, int] = defaultdict(int)
+    impossible: dict[int, list[float]] = defaultdict(list)
+    spreads = []
     for check in analysis.checks:
         label = check.group.label
-        for unit in check.entries.values():
+        units = check.entries
+        for unit in units.values():
             for entry in unit:
                 record = per_op[(label, entry.op)]
                 size = _bytes(entry)
@@ -85,8 +94,10 @@ def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
                 record[3] = record[3] and size is not None
                 if (d := _duration_ms(entry)) is not None:
                     record[2].append(d)
-        for op in {e.op for unit in check.entries.values() for e in unit}:
-            per_op[(check.group.label, op)][0] += 1
+        for op in {e.op for unit in units.values() for e in unit}:
+            per_op[(label, op)][0] += 1
+        if not check.missing_ranks and not check.mismatch and len(units) >= max(2, len(check.group.ranks)):
+            _arrivals(check, units, next_start, taking_part, last_counts, impossible, spreads)
     for dump in dumps.values():
         for entry in dump.entries:
             if entry.is_p2p:
@@ -96,30 +107,6 @@ def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
                 if (d := _duration_ms(entry)) is not None:
                     record[2].append(d)
     ops = tuple(OpStats(g, op, n, b if known else None, tuple(sorted(d))) for (g, op), (n, b, d, known) in sorted(per_op.items()))
-
-    next_start = _next_starts(dumps)
-    last_counts: dict[int, list[float]] = defaultdict(list)
-    taking_part: dict[int, int] = defaultdict(int)
-    impossible: dict[int, list[float]] = defaultdict(list)
-    spreads = []
-    for check in analysis.checks:
-        if check.missing_ranks or check.mismatch or len(check.entries) < 2 or len(check.entries) < len(check.group.ranks):
-            continue
-        arrivals = {r: unit[0].time_created_ns for r, unit in check.entries.items() if unit[0].time_created_ns}
-        if len(arrivals) < 2:
-            continue
-        for r in arrivals:
-            taking_part[r] += 1
-        last = max(arrivals, key=arrivals.get)
-        middle = statistics.median(arrivals.values())
-        spreads.append(Spread(check.group.label, check.collective_seq_id, check.entries[last][-1].op,
-                              (max(arrivals.values()) - min(arrivals.values())) / 1e6, last))
-        last_counts[last].append((arrivals[last] - middle) / 1e6)
-        # another member left the collective before `last` arrived: only a clock can do that
-        left = [_left_at(unit, next_start) for r, unit in check.entries.items() if r != last]
-        earliest_exit = min((t for t in left if t), default=None)
-        if earliest_exit and arrivals[last] > earliest_exit:
-            impossible[last].append((arrivals[last] - earliest_exit) / 1e6)
     stragglers = tuple(sorted(
         (Straggler(r, len(lates), taking_part[r], statistics.median(lates), max(lates), len(impossible[r]),
                    max(impossible[r], default=0.0)) for r, lates in last_counts.items()),
@@ -127,12 +114,31 @@ def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
     return Stats(ops, stragglers, tuple(spreads))
 
 
+def _arrivals(check, units: dict, next_start: dict, taking_part: dict, last_counts: dict, impossible: dict,
+              spreads: list) -> None:
+    """Who arrived last at one collective every member issued, how late, and whether a clock lies."""
+    arrivals = {r: unit[0].time_created_ns for r, unit in units.items() if unit[0].time_created_ns}
+    if len(arrivals) < 2:
+        return
+    for r in arrivals:
+        taking_part[r] += 1
+    last = max(arrivals, key=arrivals.get)
+    middle = statistics.median(arrivals.values())
+    spreads.append(Spread(check.group.label, check.collective_seq_id, units[last][-1].op,
+                          (max(arrivals.values()) - min(arrivals.values())) / 1e6, last))
+    last_counts[last].append((arrivals[last] - middle) / 1e6)
+    # another member left the collective before `last` arrived: only a clock can do that
+    left = [_left_at(unit, next_start) for r, unit in units.items() if r != last]
+    earliest_exit = min((t for t in left if t), default=None)
+    if earliest_exit and arrivals[last] > earliest_exit:
+        impossible[last].append((arrivals[last] - earliest_exit) / 1e6)
+
+
 def _next_starts(dumps: dict[int, Dump]) -> dict[tuple[int, int], int]:
     """(rank, index) -> when that rank created its next op: a synchronous op had ended by then."""
     starts = {}
     for rank, dump in dumps.items():
-        entries = dump.entries
-        for entry, following in zip(entries, entries[1:]):
+        for entry, following in pairwise(dump.entries):
             if following.time_created_ns:
                 starts[(rank, entry.index)] = following.time_created_ns
     return starts

@@ -21,10 +21,16 @@ def _start(entry: Entry) -> int | None:
 
 
 def _events(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable) -> Iterator[dict]:
-    times = [t for d in dumps.values() for e in d.entries for t in (e.time_created_ns, e.time_started_ns, e.time_completed_ns) if t]
-    if not times:
+    firsts, lasts = [], []  # per time column (0: not recorded), read in C
+    for dump in dumps.values():
+        for column in (dump.entries.time_created_ns, dump.entries.time_started_ns, dump.entries.time_completed_ns):
+            first = min(filter(None, column), default=None)
+            if first is not None:
+                firsts.append(first)
+                lasts.append(max(column))
+    if not firsts:
         return
-    origin, last = min(times), max(times)
+    origin, last = min(firsts), max(lasts)
 
     def us(ns: int) -> float:
         return round((ns - origin) / 1000, 3)

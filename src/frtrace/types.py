@@ -8,6 +8,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from math import isnan
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -80,6 +82,10 @@ class Kind(NamedTuple):
 
 
 _NAN = float("nan")
+
+
+def _duration(value: float) -> float | None:
+    return None if value != value else value
 _kind_fields = itemgetter(3, 4, 7, 8, 14, 9, 10, 11, 12)  # Entry -> Kind
 
 
@@ -173,10 +179,23 @@ class EntryColumns(Sequence):
                      self.p2p_seq_id[index], k.op, k.backend, k.input_sizes, k.output_sizes, k.input_dtypes,
                      k.output_dtypes, self.states[self.state[index]], k.is_p2p, self.time_created_ns[index] or None,
                      self.time_started_ns[index] or None, self.time_completed_ns[index] or None,
-                     None if duration is None or duration != duration else duration, self.stack_id[index])
+                     None if duration is None else _duration(duration), self.stack_id[index])
 
     def __iter__(self) -> Iterator[Entry]:
-        return map(self.__getitem__, range(len(self.kind)))
+        """Every entry, built by C-level maps over the columns (a Python call per entry only for
+        durations, and only when some are missing)."""
+        count = len(self.kind)
+        kinds = list(map(self.kinds.__getitem__, self.kind))
+        part = [map(itemgetter(i), kinds) for i in range(len(Kind._fields))]
+        none_if_zero = {0: None}.get
+        durations = self.duration_ms
+        if isinstance(durations, array) and any(map(isnan, durations)):
+            durations = map(_duration, durations)
+        created, started, completed = self.time_created_ns, self.time_started_ns, self.time_completed_ns
+        return map(Entry, repeat(self.rank, count), range(count), self.record_id, part[0], part[1],
+                   self.collective_seq_id, self.p2p_seq_id, part[2], part[3], part[5], part[6], part[7], part[8],
+                   map(self.states.__getitem__, self.state), part[4], map(none_if_zero, created, created),
+                   map(none_if_zero, started, started), map(none_if_zero, completed, completed), durations, self.stack_id)
 
     def __reversed__(self) -> Iterator[Entry]:
         return map(self.__getitem__, reversed(range(len(self.kind))))
