@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conftest import entry, make_dump, ops, scenario_dirs, write_dumps
-from frtrace import builder, runs
+from frtrace import runs
 from frtrace.builder import build_database
 from frtrace.discover import find_dump_files
 from frtrace.groups import resolve_groups

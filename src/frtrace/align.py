@@ -90,9 +90,6 @@ class Track:
             return None
         return (self.entries[self.positions[seq - self.first_seq]],)
 
-    def covers(self, seq: int) -> bool:
-        return self.first_seq is not None and self.first_seq <= seq <= self.last_seq
-
 
 _KNOWN_BACKENDS = _TRACKING_BACKENDS | {"gloo", "c10d", ""}
 

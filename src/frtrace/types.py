@@ -203,8 +203,6 @@ class EntryColumns(Sequence):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
 
-    def kind_at(self, index: int) -> Kind:
-        return self.kinds[self.kind[index]]
 
     def __reduce__(self):
         return (EntryColumns, (self.rank, self.kinds, self.kind, self.states, self.state, self.record_id,
