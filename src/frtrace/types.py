@@ -120,35 +120,29 @@ def float_column(values: Sequence) -> Sequence[float]:
         return tuple(values)
 
 
+@dataclass(slots=True, eq=False)
 class EntryColumns(Sequence):
     """One rank's entries, stored by column: a kind code per entry and its numbers in arrays.
 
-    About 60 bytes an entry instead of an Entry tuple's 400 with its ints. Reads as a sequence
+    About 70 bytes an entry instead of an Entry tuple's 400 with its ints. Reads as a sequence
     of Entry (built when read); the matcher works on the columns themselves. Every kind and state
     listed is held by some entry, and they are listed in the order of their first entries.
     """
 
-    __slots__ = ("rank", "kinds", "kind", "states", "state", "record_id", "collective_seq_id", "p2p_seq_id",
-                 "time_created_ns", "time_started_ns", "time_completed_ns", "duration_ms", "stack_id", "runs")
-
-    def __init__(self, rank: int, kinds: tuple[Kind, ...], kind: Sequence[int], states: tuple[str, ...],
-                 state: Sequence[int], record_id: Sequence, collective_seq_id: Sequence[int], p2p_seq_id: Sequence[int],
-                 time_created_ns: Sequence[int], time_started_ns: Sequence[int], time_completed_ns: Sequence[int],
-                 duration_ms: Sequence[float], stack_id: Sequence[int], runs: dict | None = None) -> None:
-        self.rank = rank
-        self.kinds = kinds
-        self.kind = kind
-        self.states = states
-        self.state = state
-        self.record_id = record_id
-        self.collective_seq_id = collective_seq_id
-        self.p2p_seq_id = p2p_seq_id
-        self.time_created_ns = time_created_ns
-        self.time_started_ns = time_started_ns
-        self.time_completed_ns = time_completed_ns
-        self.duration_ms = duration_ms
-        self.stack_id = stack_id
-        self.runs = runs  # per group name, made by runs.make_runs
+    rank: int
+    kinds: tuple[Kind, ...]
+    kind: Sequence[int]  # per entry, its kind's index in `kinds` (bytes when there are at most 256)
+    states: tuple[str, ...]
+    state: Sequence[int]  # per entry, its state's index in `states`
+    record_id: Sequence  # ints; a tuple holding None in formats without record_id
+    collective_seq_id: Sequence[int]
+    p2p_seq_id: Sequence[int]
+    time_created_ns: Sequence[int]  # 0: not recorded
+    time_started_ns: Sequence[int]
+    time_completed_ns: Sequence[int]
+    duration_ms: Sequence[float]  # NaN: not recorded
+    stack_id: Sequence[int]  # index into Dump.stacks, -1 when the entry has no frames
+    runs: dict | None = None  # per group name, made by runs.make_runs
 
     @classmethod
     def from_entries(cls, rank: int, entries: Sequence[Entry]) -> "EntryColumns":
@@ -203,11 +197,6 @@ class EntryColumns(Sequence):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and list(self) == list(other)
 
-
-    def __reduce__(self):
-        return (EntryColumns, (self.rank, self.kinds, self.kind, self.states, self.state, self.record_id,
-                               self.collective_seq_id, self.p2p_seq_id, self.time_created_ns, self.time_started_ns,
-                               self.time_completed_ns, self.duration_ms, self.stack_id, self.runs))
 
 
 @dataclass(frozen=True, slots=True)
