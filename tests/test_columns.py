@@ -116,3 +116,23 @@ def test_a_unit_track_with_a_gap_is_not_taken_for_an_issuer(tmp_path, monkeypatc
     _, db = _analysis_and_db(tmp_path)
     row = next(c for c in db.collectives if c.collective_seq_id == 3)
     assert row.collective_name == "all_reduce" and row.record_id == 2  # rank 1's third record
+
+
+@pytest.mark.parametrize("stacks", [3, 200, 300], ids=["one-byte", "two-byte", "past-255-tracebacks"])
+def test_every_call_points_at_its_own_traceback(stacks, tmp_path):
+    # rank 0: two call sites; rank 1: `stacks` of them; rank 2: no frames at all. The code columns
+    # start at one byte per call (rank 0) and must stay right when rank 1 outgrows that
+    def frames(line):
+        return [{"name": "step", "filename": "train.py", "line": line}, {"name": "main", "filename": "train.py", "line": 1}]
+
+    lines = {0: lambda s: 10 + s % 2, 1: lambda s: 1000 + s % stacks}
+    dumps = {r: make_dump([entry(seq=s, frames=frames(lines[r](s))) for s in range(1, 401)]) for r in (0, 1)}
+    dumps[2] = make_dump([entry(seq=s) for s in range(1, 401)])
+    _, db = _analysis_and_db(write_dumps(tmp_path, dumps))
+    text_of = {t.id: t.frames for t in db.tracebacks}
+    calls = list(db.ncclcalls)
+    assert len(calls) == 1200 and len(db.tracebacks) == 2 + stacks
+    for rank in (0, 1):
+        mine = [c for c in calls if c.global_rank == rank]
+        assert [f"train.py:{lines[rank](s)}" in text_of[c.traceback_id] for c, s in zip(mine, range(1, 401))] == [True] * 400
+    assert {c.traceback_id for c in calls if c.global_rank == 2} == {-1}

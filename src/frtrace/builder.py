@@ -12,6 +12,7 @@ from array import array
 from collections import Counter
 from itertools import repeat
 from operator import add
+from collections.abc import Sequence
 from typing import IO
 
 from .collectives_table import CollectiveColumns
@@ -95,7 +96,8 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
     # ints as typed arrays and repeated values as codes: a few bytes per call, not pointers
     call_codes: dict[tuple, int] = {}  # (group id, op, input sizes) -> code
-    collective_ids, call_column, ranks, traceback_ids = array("q"), array("I"), array("i"), array("q")
+    collective_ids, ranks = array("q"), array("i")
+    call_column, traceback_column = _Codes(), _Codes()  # traceback: its id + 1, 0 for none
     group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
     for rank, dump in dumps.items():
         entries = dump.entries
@@ -106,25 +108,29 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
             group_id = group_id_of.get((rank, kind.pg_name), kind.pg_name)
             call_of_kind.append(call_codes.setdefault((group_id, kind.op, kind.input_sizes), len(call_codes)))
             collective_group_of_kind.append(None if kind.is_p2p else group_id)  # p2p entries find no collective: -1
-        traceback_id = [*traceback_of[rank], -1]  # stack id -1 (no frames) reads the last: -1
         offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
         if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset
             collective_ids.extend(map(add, entries.collective_seq_id, map(offset_of_kind.__getitem__, entries.kind)))
         else:
             keys = zip(map(collective_group_of_kind.__getitem__, entries.kind), entries.collective_seq_id)
             collective_ids.extend(map(collective_of.get, keys, repeat(-1)))
-        call_column.extend(map(call_of_kind.__getitem__, entries.kind))
+        call_column.extend(entries.kind, call_of_kind)
         ranks.extend(array("i", [rank]) * len(entries))
-        traceback_ids.extend(map(traceback_id.__getitem__, entries.stack_id))
+        # stack id -> traceback id + 1, padded so that stack id -1 (no frames) reads the last: 0,
+        # from a list or as byte 255 of a one-byte stack column
+        per_stack = [t + 1 for t in traceback_of[rank]]
+        per_stack += [0] * (255 - len(per_stack)) + [0]
+        stacks = entries.stack_id
+        traceback_column.extend(stacks.tobytes() if getattr(stacks, "typecode", "") == "b" else stacks, per_stack)
     calls = list(call_codes)  # group, op and sizes share one code column: they follow from the kind
     ncclcalls = Table(NCCLCall, [
         range(len(collective_ids)),
         collective_ids,
-        CodedColumn(call_column, [group_id for group_id, _, _ in calls]),
+        CodedColumn(call_column.codes, [group_id for group_id, _, _ in calls]),
         ranks,
-        traceback_ids,
-        CodedColumn(call_column, [op for _, op, _ in calls]),
-        CodedColumn(call_column, [shared.shape_list(shapes) for _, _, shapes in calls]),
+        CodedColumn(traceback_column.codes, [-1, *range(len(traceback_rows))]),
+        CodedColumn(call_column.codes, [op for _, op, _ in calls]),
+        CodedColumn(call_column.codes, [shared.shape_list(shapes) for _, _, shapes in calls]),
     ])
 
     findings = Table.from_rows(DbFinding, (
@@ -133,6 +139,23 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         for i, f in enumerate(analysis.findings)
     ))
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
+
+
+class _Codes:
+    """Codes appended rank by rank: one byte each while every code fits (bytes.translate, in C),
+    then 4-byte ints."""
+
+    def __init__(self) -> None:
+        self.codes: bytearray | array = bytearray()
+
+    def extend(self, local: Sequence[int], mapping: list[int]) -> None:
+        """Append mapping[c] for each local code c."""
+        if isinstance(self.codes, bytearray) and isinstance(local, bytes) and len(mapping) <= 256 and max(mapping, default=0) < 256:
+            self.codes += local.translate(bytes(mapping) + bytes(256 - len(mapping)))
+            return
+        if isinstance(self.codes, bytearray):
+            self.codes = array("I", iter(self.codes))  # iter: the values, not the raw buffer
+        self.codes.extend(map(mapping.__getitem__, local))
 
 
 def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int] | None:

@@ -15,7 +15,7 @@ from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
-from .types import EntryColumns, Frame, Kind, code_column, float_column, int_column, time_column
+from .types import EntryColumns, Frame, Kind, code_column, float_column, int_column, small_int_column, time_column
 
 DTYPE_NAMES = {
     "float": "Float", "double": "Double", "half": "Half", "bfloat16": "BFloat16", "c10::bfloat16": "BFloat16",
@@ -138,4 +138,4 @@ def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array |
                 known = by_fields[fields] = stacks.setdefault(stack, len(stacks))
             by_object[id(frame_list)] = known
         ids.append(known)
-    return ids
+    return small_int_column(ids)

@@ -97,6 +97,12 @@ def int_column(values: Sequence) -> Sequence[int]:
         return tuple(values)
 
 
+def small_int_column(values: Sequence[int]) -> Sequence[int]:
+    """Ints of at least -1 in the narrowest array that holds them: one byte each below 128."""
+    top = max(values, default=0)
+    return array("b" if top < 128 else "h" if top < 32768 else "i" if top < 2**31 else "q", values)
+
+
 def time_column(values: Sequence) -> Sequence[int]:
     """Timestamps with 0 for "not recorded" (None too: JSON writes 0 for unset)."""
     if None in values:
@@ -141,7 +147,7 @@ class EntryColumns(Sequence):
     time_started_ns: Sequence[int]
     time_completed_ns: Sequence[int]
     duration_ms: Sequence[float]  # NaN: not recorded
-    stack_id: Sequence[int]  # index into Dump.stacks, -1 when the entry has no frames
+    stack_id: Sequence[int]  # index into Dump.stacks, -1 when the entry has no frames (small_int_column)
     runs: dict | None = None  # per group name, made by runs.make_runs
 
     @classmethod
@@ -156,7 +162,7 @@ class EntryColumns(Sequence):
             rank, tuple(kind_of), code_column(kinds, len(kind_of)), tuple(state_of), code_column(states, len(state_of)),
             int_column(column["record_id"]), int_column(column["collective_seq_id"]), int_column(column["p2p_seq_id"]),
             time_column(column["time_created_ns"]), time_column(column["time_started_ns"]),
-            time_column(column["time_completed_ns"]), float_column(column["duration_ms"]), int_column(column["stack_id"]),
+            time_column(column["time_completed_ns"]), float_column(column["duration_ms"]), small_int_column(column["stack_id"]),
         )
 
     def __len__(self) -> int:
