@@ -10,9 +10,9 @@ from __future__ import annotations
 import pickle
 from array import array
 from collections import Counter
+from collections.abc import Sequence
 from itertools import repeat
 from operator import add
-from collections.abc import Sequence
 from typing import IO
 
 from .collectives_table import CollectiveColumns

@@ -75,17 +75,14 @@ class Kind(NamedTuple):
     input_dtypes: tuple[str, ...]
     output_dtypes: tuple[str, ...]
 
-    @property
-    def signature(self) -> tuple:
-        """What the ranks of one collective must agree on."""
-        return (self.op, self.input_sizes, self.output_sizes, self.input_dtypes, self.output_dtypes)
-
 
 _NAN = float("nan")
 
 
 def _duration(value: float) -> float | None:
-    return None if value != value else value
+    return None if value != value else value  # NaN: not recorded
+
+
 _kind_fields = itemgetter(3, 4, 7, 8, 14, 9, 10, 11, 12)  # Entry -> Kind
 
 
