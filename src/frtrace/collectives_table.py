@@ -17,6 +17,9 @@ from .types import CollectiveCheck, DbCollective, Dump, Group
 
 
 class CollectiveColumns:
+    """The collectives table's columns, filled check by check (or run by run), and what the
+    ncclcalls table needs to point at its rows: (group id, seq) -> row id, and each group's span."""
+
     def __init__(self, dumps: dict[int, Dump], ids: dict[Group, str], shared) -> None:
         self.dumps = dumps
         self.ids = ids
