@@ -23,6 +23,7 @@ class Run(NamedTuple):
 
 
 def make_runs(columns: EntryColumns) -> dict[str, Run]:
+    """Group name -> its run, in the order of the names' first entries."""
     number_of: dict[str, int] = {}
     name_number = [number_of.setdefault(k.pg_name, len(number_of)) for k in columns.kinds]
     count = len(columns)
