@@ -10,14 +10,13 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from collections import Counter
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import groupby
 from dataclasses import dataclass, field
 
 from . import rules, runs
 from .groups import GroupTable
-from .types import Dump, Entry, EntryColumns, Group, Kind
+from .types import Dump, Entry, EntryColumns, Group, Kind, recode
 
 _P2P_NAME = re.compile(r"^(send|recv)\s*(\d+)\s*(->|<-)\s*(\d+)")
 _TRACKING_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "xccl", "hccl", "mccl"})
@@ -129,26 +128,16 @@ class Codes:
         state_maps = {rank: [state_ids.setdefault(s, len(state_ids)) for s in dump.entries.states] for rank, dump in dumps.items()}
         self.kinds: list[Kind] = list(kind_ids)
         self.states: list[str] = list(state_ids)
-        self._kind_maps = {rank: _translation(m, len(self.kinds)) for rank, m in kind_maps.items()}
-        self._state_maps = {rank: _translation(m, len(self.states)) for rank, m in state_maps.items()}
+        self._kind_maps, self._state_maps = kind_maps, state_maps
+        # every code in a byte: then every dump's local codes are bytes too (a dump has no more
+        # kinds than all dumps), and all tracks compare as bytes; else all as arrays
+        self._narrow = (len(self.kinds) <= 256, len(self.states) <= 256)
 
     def kinds_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
-        return _translate(local, self._kind_maps[rank])
+        return recode(local, self._kind_maps[rank], self._narrow[0])
 
     def states_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
-        return _translate(local, self._state_maps[rank])
-
-
-def _translation(mapping: list[int], count: int) -> bytes | list[int]:
-    """A bytes.translate table when every code fits in a byte (then every dump's local codes are
-    bytes too: a dump has no more kinds than all dumps), else the list."""
-    return bytes(mapping) + bytes(256 - len(mapping)) if count <= 256 else mapping
-
-
-def _translate(local: Sequence[int], mapping: bytes | list[int]) -> Sequence[int]:
-    if isinstance(mapping, bytes):
-        return local.translate(mapping)
-    return array("I", map(mapping.__getitem__, local))  # more than 256 codes
+        return recode(local, self._state_maps[rank], self._narrow[1])
 
 
 def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Group, Track], list[str]]:

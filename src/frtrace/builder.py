@@ -30,6 +30,7 @@ from .types import (
     NCCLCall,
     Table,
     Traceback,
+    recode,
 )
 
 DB_TYPES = [Database, NCCLCall, DbCollective, Traceback, Membership, DbGroup, DbFinding]
@@ -150,12 +151,11 @@ class _Codes:
 
     def extend(self, local: Sequence[int], mapping: list[int]) -> None:
         """Append mapping[c] for each local code c."""
-        if isinstance(self.codes, bytearray) and isinstance(local, bytes) and len(mapping) <= 256 and max(mapping, default=0) < 256:
-            self.codes += local.translate(bytes(mapping) + bytes(256 - len(mapping)))
-            return
-        if isinstance(self.codes, bytearray):
+        narrow = (isinstance(self.codes, bytearray) and isinstance(local, bytes) and len(mapping) <= 256
+                  and max(mapping, default=0) < 256)
+        if not narrow and isinstance(self.codes, bytearray):
             self.codes = array("I", iter(self.codes))  # iter: the values, not the raw buffer
-        self.codes.extend(map(mapping.__getitem__, local))
+        self.codes += recode(local, mapping, narrow)
 
 
 def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int] | None:

@@ -30,7 +30,7 @@ def make_runs(columns: EntryColumns) -> dict[str, Run]:
     if len(number_of) == 1:
         name = next(iter(number_of))
         return {name: Run(range(count), _first_seq(columns, columns.collective_seq_id, columns.kind),
-                          code_column(columns.kind, len(columns.kinds)), code_column(columns.state, len(columns.states)))}
+                          columns.kind, columns.state)}  # already code columns: shared, not copied
     runs: dict[str, Run] = {}
     for name, number in number_of.items():
         # a 0/1 byte per entry, 1 where the entry is in this group: compress() selects by it in C

@@ -113,6 +113,14 @@ def code_column(values: Iterable[int], count: int) -> Sequence[int]:
     return bytes(iter(values)) if count <= 256 else array("I", values)  # iter: not an array's raw buffer
 
 
+def recode(local: Sequence[int], mapping: list[int], as_bytes: bool) -> Sequence[int]:
+    """mapping[c] for each code c of `local`: bytes, by bytes.translate in C, when `as_bytes` (then
+    `local` is bytes and every mapped code is below 256), else an array of 4-byte ints."""
+    if as_bytes:
+        return local.translate(bytes(mapping) + bytes(256 - len(mapping)))
+    return array("I", map(mapping.__getitem__, local))
+
+
 def float_column(values: Sequence) -> Sequence[float]:
     """Floats in an array, NaN for None."""
     if None in values:
