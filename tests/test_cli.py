@@ -17,7 +17,8 @@ from frtrace.cli import main
 
 HEALTHY = str(FIXTURES / "healthy")
 SKIP = str(FIXTURES / "skip_rank2")
-JSON_KEYS = {"verdict", "culprit_ranks", "headline", "ranks_loaded", "ranks_missing", "findings", "skipped_files"}
+JSON_KEYS = {"schema_version", "frtrace_version", "verdict", "culprit_ranks", "headline", "ranks_loaded", "ranks_missing",
+             "findings", "skipped_files", "ignored_files"}
 FINDING_KEYS = {"kind", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op", "ranks", "expected_ranks", "detail", "root_cause"}
 
 
@@ -142,9 +143,16 @@ def test_strict_turns_a_skipped_file_into_exit_2(tmp_path, capsys):
 
 
 def test_nothing_readable_exits_2(tmp_path, capsys):
-    (tmp_path / "nccl_trace_rank_0").write_bytes(b"junk")
+    (tmp_path / "nccl_trace_rank_0").write_bytes(b"\x80\x02junk")
     assert main(["-d", str(tmp_path)]) == 2
     assert "none of the 1 dump file(s) could be read" in capsys.readouterr().err
+
+
+def test_files_that_only_look_like_dumps_by_name_are_no_dumps(tmp_path, capsys):
+    (tmp_path / "nccl_trace_rank_0").write_bytes(b"junk")
+    assert main(["-d", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no dump files" in err and "nccl_trace_rank_0: its first bytes are not those of a pickle or JSON dump" in err
 
 
 def test_fixture_folders_run_strict_without_noise(capsys):
@@ -211,7 +219,7 @@ def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode == 130, (stdout, stderr)
-    assert stderr.strip().splitlines()[-1] == "frtrace: interrupted; no output file was written or changed"
+    assert stderr.strip().splitlines()[-1] == "frtrace: interrupted by SIGINT; no output file was written or changed"
     assert "Traceback" not in stderr
     assert os.listdir(out) == []
 

@@ -73,7 +73,7 @@ def test_pg_config_ranks_text_is_parsed_without_eval(tmp_path):
     write_dumps(tmp_path, {0: make_dump(ops(1), pg_config=config)})
     dump = load(tmp_path).dumps[0]
     assert [(g.name, g.ranks) for g in dump.group_configs] == [("0", (0, 1))]
-    assert any("not a list of numbers" in n for n in dump.notes)
+    assert any("not a list of ranks" in n for n in dump.notes)
 
 
 def test_entries_may_be_absent_when_empty(tmp_path):
@@ -170,7 +170,7 @@ def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path, payl
     (b"", "empty file"),
     (pickle.dumps(make_dump(ops(5)))[:-20], "truncated pickle"),
     (json.dumps(make_dump(ops(5))).encode()[:-30], "not valid JSON"),
-    (bytes(range(256)) * 4, "not a readable pickle"),
+    (b"\x80\x02" + bytes(range(256)) * 4, "not a readable pickle"),
     (pickle.dumps([1, 2, 3]), "entry 0 is 1"),
     (pickle.dumps(42), "holds int"),
     (pickle.dumps({"foo": 1}), "not a Flight Recorder dump"),
@@ -276,20 +276,21 @@ def test_non_utf8_file_name_is_reported_printably(tmp_path):
     write_dumps(tmp_path, {0: make_dump(ops(1))})
     bad = os.fsencode(str(tmp_path)) + b"/trace_\xff_1"
     with open(bad, "wb") as handle:
-        handle.write(b"garbage")
+        handle.write(b"\x80\x02garbage")
     result = load(tmp_path)
     (skipped,) = result.skipped
     assert "\\xff" in skipped.path
     skipped.path.encode("utf-8")  # printable
 
 
-def test_two_dumps_for_one_rank_keep_the_majority_prefix(tmp_path):
+@pytest.mark.parametrize("other", ["old_run_1", "nccl_trace_rank_01"])
+def test_two_files_claiming_one_rank_are_an_input_error_naming_both(tmp_path, other):
     write_dumps(tmp_path, {0: make_dump(ops(1)), 1: make_dump(ops(1))})
-    write_dumps(tmp_path, {1: make_dump(ops(2))}, prefix="old_run_")
-    result = load(tmp_path)
-    assert len(result.dumps[1].entries) == 1
-    (skipped,) = result.skipped
-    assert "old_run_1" in skipped.path and "second dump for rank 1" in skipped.reason
+    (tmp_path / other).write_bytes(pickle.dumps(make_dump(ops(2))))
+    with pytest.raises(UsageError, match="two dump files claim rank 1: ") as raised:
+        load(tmp_path)
+    message = str(raised.value)
+    assert "/nccl_trace_rank_1" in message and f"/{other}" in message and "move the one that does not belong" in message
 
 
 def test_unreadable_pickle_falls_back_to_its_json_twin(tmp_path):
@@ -358,16 +359,17 @@ def test_workers_take_files_as_they_answer_so_one_slow_file_holds_up_no_other(tm
     assert [r[0] for r in results[1:]] == list(range(1, 20))  # answers come back in job order
 
 
-def test_a_worker_that_dies_costs_only_the_files_it_held(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_worker_that_dies_costs_only_the_file_it_was_reading(workers):
     from frtrace.workers import in_workers
 
     def load(job):
-        if job[1] == 5:
-            os._exit(1)  # as if killed (out of memory)
+        if job[1] in (5, 6):
+            os._exit(1)  # as if killed (out of memory) or crashed (segfault)
         return job
 
-    results = list(in_workers(load, [(f"file{i}", i) for i in range(12)], 2))
+    results = list(in_workers(load, [(f"file{i}", i) for i in range(12)], workers))
     lost = [i for i, r in enumerate(results) if isinstance(r, DumpError)]
-    assert 5 in lost and len(lost) <= 3  # job 5 and what that worker held ahead of it
+    assert lost == [5, 6]  # the files queued behind them went to a new worker
     assert all(results[i] == (f"file{i}", i) for i in range(12) if i not in lost)
-    assert all("worker process" in results[i].reason and results[i].path == f"file{i}" for i in lost)
+    assert all("crashed or ran out of memory" in results[i].reason and results[i].path == f"file{i}" for i in lost)

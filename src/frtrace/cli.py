@@ -6,24 +6,29 @@ import argparse
 import gc
 import json
 import os
+import signal
 import sys
+import tempfile
+import threading
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TextIO
 
 from . import __version__
 from .builder import build_database, write_database
 from .discover import find_dump_files
-from .errors import FrtraceError, UsageError
+from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .groups import resolve_groups
 from .loader import load_dumps
-from .matcher import analyze
-from .output import atomic_path, check_writable, write_atomically
+from .matcher import analyze, format_ranks
+from .output import Outputs, plan_outputs
 from .report import render_entries, render_text, report_dict
 from .sqlite_out import write_sqlite
 from .stats import compute_stats, render_stats
 from .timeline import write_chrome_trace
 
-EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="frtrace",
         description="Find the rank that desynced a hung PyTorch job, from its Flight Recorder dumps.",
-        epilog="Exit status: 0 clean, 1 desync, stuck or inconclusive, 2 usage or input error.",
+        epilog="Exit status: 0 clean, 1 desync, stuck or inconclusive, 2 usage, input or output error, "
+               "3 internal error (a bug: please report it), 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).",
     )
     parser.add_argument("trace_dir", nargs="?", help="directory holding one dump per rank (same as -d)")
     parser.add_argument("-d", "--dir", dest="dir_option", metavar="DIR", help="directory holding one dump per rank")
@@ -85,14 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--group-world-size", "--group_world_size", dest="group_world_size", type=int, metavar="N",
                         help="ranks per torchft replica group (needed by --transform-ft)")
     parser.add_argument("--strict", action="store_true", help="exit 2 when any file was skipped (for CI)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
-                        help="read dump files in N processes (default: the number of cores)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="read dump files in N processes (default: the CPUs this process may use)")
     parser.add_argument("--version", action="version", version=f"frtrace {__version__}")
     return parser
 
 
+def _default_jobs() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the CPUs this process may use, not the machine's
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Options:
-    """Options from argv; UsageError for arguments that cannot work together."""
+    """Options from argv; UsageError for arguments that cannot work together or would be ignored."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.trace_dir and args.dir_option and args.trace_dir != args.dir_option:
@@ -102,19 +115,24 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         raise UsageError("no dump directory given; run as: frtrace -d DUMP_DIR [-o db.pkl]")
     if (args.selected_ranks or args.pg_filters) and not args.just_print_entries:
         raise UsageError("--selected-ranks and --pg-filters choose what -j/--just-print-entries prints; add -j")
+    if args.just_print_entries:
+        ignored = [flag for flag, value in (("-o", args.output), ("--json", args.json_path), ("--sqlite", args.sqlite),
+                                            ("--chrome-trace", args.chrome_trace), ("--stats", args.stats)) if value]
+        if ignored:
+            raise UsageError(f"-j prints the entries and runs no analysis, so {', '.join(ignored)} would write nothing; "
+                             "run them without -j")
+    if args.json_path == "-" and args.stats:
+        raise UsageError("--json - puts only JSON on standard output, so --stats would print nothing; "
+                         "write the JSON to a file, or drop --stats")
     if args.transform_ft and not args.group_world_size:
         raise UsageError("--transform-ft needs --group-world-size N, the number of ranks in one replica group")
     if args.group_world_size is not None and args.group_world_size < 1:
         raise UsageError(f"--group-world-size must be a positive number of ranks, not {args.group_world_size}")
-    outputs = [(flag, path) for flag, path in (("-o", args.output), ("--json", args.json_path),
-                                               ("--chrome-trace", args.chrome_trace), ("--sqlite", args.sqlite)) if path]
-    for i, (flag, path) in enumerate(outputs):
-        for other_flag, other in outputs[i + 1:]:
-            if path == other:
-                raise UsageError(f"{flag} and {other_flag} both name {path}; give them different files")
+    if args.mismatch_cap < 0:
+        raise UsageError(f"--mismatch-cap must be 0 (all findings) or more, not {args.mismatch_cap}")
     if args.sqlite == "-" or args.chrome_trace == "-":
         raise UsageError("--sqlite and --chrome-trace write files; give a file name, not '-'")
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     if args.output == "-":
         raise UsageError("-o writes a binary pickle; give a file name, not '-'")
@@ -133,59 +151,145 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         ft_group_world_size=args.group_world_size if args.transform_ft else None,
         strict=args.strict,
         progress=stderr_is_tty,
-        jobs=args.jobs,
+        jobs=args.jobs or _default_jobs(),
         chrome_trace=args.chrome_trace,
         sqlite=args.sqlite,
         stats=args.stats,
     )
 
 
-def run(options: Options) -> int:
-    """Analyze the dumps as the options say, write the outputs, return the exit code."""
-    for path, what in ((options.output, "database"), (options.json_path, "JSON report"),
-                       (options.chrome_trace, "Chrome trace"), (options.sqlite, "SQLite database")):
-        if path:
-            check_writable(path, what)
+def _requested_outputs(options: Options) -> list[tuple[str, str, str, bool]]:
+    return [(flag, path, what, binary) for flag, path, what, binary in (
+        ("-o", options.output, "database", True), ("--sqlite", options.sqlite, "SQLite database", True),
+        ("--chrome-trace", options.chrome_trace, "Chrome trace", False), ("--json", options.json_path, "JSON report", False),
+    ) if path]
 
+
+def _check_selection(options: Options, dumps: dict, table) -> None:
+    """-j's filters that match nothing are an error, not an empty table."""
+    if options.selected_ranks and not set(options.selected_ranks) & set(dumps):
+        raise UsageError(f"--selected-ranks {' '.join(map(str, options.selected_ranks))}: no such rank among the dumps "
+                         f"(ranks {format_ranks(tuple(dumps))})")
+    if options.pg_filters:
+        known = {g.name for g in table.groups} | {g.desc for g in table.groups}
+        if not set(options.pg_filters) & known:
+            names = ", ".join(sorted(printable(n) for n in known if n))[:200]
+            raise UsageError(f"--pg-filters {printable(' '.join(options.pg_filters))}: no group has that name or desc "
+                             f"(groups: {names})")
+
+
+def run(options: Options, out: TextIO, err: TextIO) -> int:
+    """Analyze the dumps as the options say, write the outputs, return the exit code."""
+    plans = plan_outputs(_requested_outputs(options), options.trace_dir)
     discovery = find_dump_files(options.trace_dir, options.prefix)
     if not discovery.files:
-        hint = f" starting with {options.prefix!r}" if options.prefix else ""
-        dynamic = " (dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)" if discovery.ignored else ""
-        raise UsageError(f"{options.trace_dir}: no dump files{hint}, that is, no names ending in a rank number{dynamic}; "
-                         "check the directory and --prefix")
-    loaded = load_dumps(discovery, progress=options.progress and len(discovery.files) > 8, workers=options.jobs)
+        hint = f" starting with {printable(options.prefix)!r}" if options.prefix else ""
+        seen = (f" ({len(discovery.ignored)} file(s) ignored, e.g. {discovery.ignored[0].path}: {discovery.ignored[0].reason})"
+                if discovery.ignored else "")
+        raise UsageError(f"{display_path(options.trace_dir)}: no dump files{hint}: no file is named <prefix><rank> "
+                         f"and starts like a pickle or JSON dump{seen}; check the directory and --prefix "
+                         "(dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)")
+    loaded = load_dumps(discovery, progress=options.progress and len(discovery.files) > 8, workers=options.jobs,
+                        bound_by_configs=options.ft_group_world_size is None)
     for item in loaded.skipped:
-        print(f"frtrace: skipped {item.path}: {item.reason}", file=sys.stderr)
+        print(f"frtrace: skipped {item.path}: {item.reason}", file=err)
     if not loaded.dumps:
-        raise UsageError(f"{options.trace_dir}: none of the {len(discovery.files)} dump file(s) could be read; see the messages above")
+        raise UsageError(f"{display_path(options.trace_dir)}: none of the {len(discovery.files)} dump file(s) could be read; "
+                         "see the messages above")
 
     table = resolve_groups(loaded.dumps, loaded.ranks_named, options.ft_group_world_size)
     if options.just_print_entries:
-        render_entries(loaded.dumps, table, sys.stdout, selected_ranks=options.selected_ranks, pg_filters=options.pg_filters)
+        _check_selection(options, loaded.dumps, table)
+        render_entries(loaded.dumps, table, out, selected_ranks=options.selected_ranks, pg_filters=options.pg_filters)
         return EXIT_CLEAN
 
     analysis = analyze(loaded.dumps, table, notes=loaded.notes)
-    if options.output or options.sqlite:
-        db = build_database(analysis, loaded.dumps, table)
-        if options.output:
-            write_atomically(options.output, "database", lambda f: write_database(db, f), binary=True)
-        if options.sqlite:
-            with atomic_path(options.sqlite, "SQLite database") as temp:
-                write_sqlite(db, loaded.dumps, table, temp)
-    if options.chrome_trace:
-        write_atomically(options.chrome_trace, "Chrome trace", lambda f: write_chrome_trace(analysis, loaded.dumps, table, f))
-    if options.json_path:
-        payload = report_dict(analysis, loaded.skipped)
-        write_atomically(options.json_path, "JSON report", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
-    if options.json_path != "-":
-        render_text(analysis, loaded.dumps, loaded.skipped, sys.stdout, mismatch_cap=options.mismatch_cap,
-                    print_stack_trace=options.print_stack_trace, verbose=options.verbose)
-        if options.stats:
-            render_stats(compute_stats(analysis, loaded.dumps), sys.stdout)
+    status = EXIT_CLEAN if analysis.verdict == "clean" else EXIT_FOUND
+    with Outputs(plans) as outputs:
+        try:
+            if options.output or options.sqlite:
+                db = build_database(analysis, loaded.dumps, table)
+                if options.output:
+                    outputs.stage("-o", lambda f: write_database(db, f))
+                if options.sqlite:
+                    with outputs.stage_path("--sqlite") as temp:
+                        write_sqlite(db, loaded.dumps, table, temp)
+            if options.chrome_trace:
+                outputs.stage("--chrome-trace", lambda f: write_chrome_trace(analysis, loaded.dumps, table, f))
+            if options.json_path:
+                payload = report_dict(analysis, loaded.skipped, loaded.ignored)
+                outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+            outputs.commit()
+        except KeyboardInterrupt as exc:
+            raise Interrupted(outputs.written_note()) from exc
+        except OutputError as exc:
+            raise OutputError(f"{exc}{outputs.written_note() if not outputs.replaced else ''}") from None
+    try:
+        if options.json_path != "-":
+            render_text(analysis, loaded.dumps, loaded.skipped, out, mismatch_cap=options.mismatch_cap,
+                        print_stack_trace=options.print_stack_trace, verbose=options.verbose)
+            if options.stats:
+                render_stats(compute_stats(analysis, loaded.dumps), out)
+        out.flush()
+    except BrokenPipeError:
+        _silence_stdout()  # the reader went away (| head): the verdict still decides the status
     if options.strict and loaded.skipped:
-        print(f"frtrace: --strict: {len(loaded.skipped)} file(s) skipped; failing", file=sys.stderr)
+        print(f"frtrace: --strict: {len(loaded.skipped)} file(s) skipped; failing", file=err)
         return EXIT_ERROR
-    return EXIT_CLEAN if analysis.verdict == "clean" else EXIT_FOUND
+    return status
+
+
+# C0 controls but newline and tab, DEL and C1 controls: what a terminal acts on. Dump strings are
+# escaped when loaded; this is the last guard on everything the report prints.
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7f, 0xa0)] if c not in (0x0a, 0x09)}
+
+
+class TerminalSafe:
+    """A text stream that escapes control characters on their way to a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(text.translate(_CONTROLS))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class Interrupted(Exception):
+    """Ctrl-C, SIGTERM or SIGHUP, with what had been written by then."""
+
+
+def _on_signal(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _silence_stdout() -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _internal_error(exc: BaseException, where: str, traceback_text: str) -> int:
+    try:
+        fd, path = tempfile.mkstemp(prefix="frtrace-traceback-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
+            handle.write(traceback_text)
+        saved = f"with the traceback in {path}"
+    except OSError:
+        saved = "the traceback could not be saved"
+    _say(f"internal error: {where}{printable(str(exc))[:200]}; please report this, {saved}")
+    return EXIT_INTERNAL
+
+
+def _say(line: str) -> None:
+    """One line on stderr; a stderr that cannot take it does not turn into a traceback."""
+    try:
+        print(f"frtrace: {printable(line)}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -194,21 +298,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     # collector would only rescan them again and again (it tripled the load time at 256 ranks).
     collecting = gc.isenabled()
     gc.disable()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):  # handled like Ctrl-C: nothing half-written stays
+            previous[signum] = signal.signal(signum, _on_signal)
     try:
         options = parse_options(argv, stderr_is_tty=sys.stderr.isatty())
-        return run(options)
+        return run(options, TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
     except FrtraceError as exc:
-        print(f"frtrace: {exc}", file=sys.stderr)
+        _say(str(exc))
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("frtrace: interrupted; no output file was written or changed", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except Interrupted as exc:
+        signum = _signal_number(exc.__cause__)
+        _say(f"interrupted by {signal.Signals(signum).name}{exc}")
+        return 128 + signum
+    except KeyboardInterrupt as exc:
+        signum = _signal_number(exc)
+        _say(f"interrupted by {signal.Signals(signum).name}; no output file was written or changed")
+        return 128 + signum
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else EXIT_CLEAN
     except BrokenPipeError:
-        # the reader of our stdout went away (| head): nothing left to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _silence_stdout()
         return EXIT_CLEAN
+    except OSError as exc:  # standard output full or gone
+        _say(f"cannot write the report to standard output ({exc.strerror or exc}); nothing more was printed")
+        return EXIT_ERROR
+    except InternalError as exc:
+        return _internal_error(exc.summary, f"while reading {exc.where}: ", exc.traceback_text)
+    except Exception as exc:  # a bug of ours: one line and a file, never exit 1 (a verdict)
+        return _internal_error(exc, f"{type(exc).__name__}: ", traceback.format_exc())
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         if collecting:
             gc.enable()
+
+
+def _signal_number(exc: BaseException | None) -> int:
+    name = exc.args[0] if exc is not None and exc.args else ""
+    return getattr(signal, name, signal.SIGINT) if isinstance(name, str) and name.startswith("SIG") else signal.SIGINT

@@ -1,18 +1,40 @@
-"""Find the per-rank dump files in a directory, without opening anything that is not a file."""
+"""Find the per-rank dump files in a directory, without opening anything that is not a file.
+
+A file is a dump candidate only when its name ends in a plausible rank number and its first
+bytes look like a pickle or JSON document: a stray `core.100` or `notes_20240521` beside the dumps
+must not stretch the job to a hundred or twenty million ranks.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import stat
-from collections import Counter
 from dataclasses import dataclass
 
 from .errors import UsageError, display_path
+from .limits import MAX_DUMP_BYTES, MAX_RANK
 from .types import SkippedFile
+
+HEAD_BYTES = 64
 
 _FORMAT_SUFFIXES = {".json": "json", ".pkl": "pickle", ".pickle": "pickle"}
 _RANK_AT_END = re.compile(r"^(.*?)(\d+)$")
+_MAX_RANK_DIGITS = len(str(MAX_RANK))
+_BOM = b"\xef\xbb\xbf"
+# A pickle starts with PROTO (protocol 2 and later), or, in protocols 0 and 1, with the opening
+# of the top-level dict or list: MARK, EMPTY_DICT or EMPTY_LIST.
+_PICKLE_STARTS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05", b"(", b"}", b"]")
+
+
+def sniff(head: bytes) -> str | None:
+    """"pickle" or "json" when the first bytes of a file can start a dump; None when they cannot."""
+    if head.startswith(_PICKLE_STARTS):
+        return "pickle"
+    text = head[len(_BOM):] if head.startswith(_BOM) else head
+    if text.lstrip()[:1] in (b"{", b"["):
+        return "json"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,14 +42,15 @@ class DumpFile:
     path: str
     rank: int
     prefix: str  # the name before the rank digits
-    file_format: str  # "pickle" or "json": a guess from the name; the loader sniffs the bytes
+    file_format: str  # "pickle" or "json", sniffed from the first bytes (from the name when empty)
+    stem: str = ""  # the name without a format suffix: a pickle and a JSON of one dump share it
 
 
 @dataclass(frozen=True, slots=True)
 class Discovery:
-    files: tuple[DumpFile, ...]  # in rank order; per rank the preferred file first
-    skipped: tuple[SkippedFile, ...]  # named like a dump but not a regular file
-    ignored: tuple[str, ...] = ()  # names that are not dump names (README, expected.json)
+    files: tuple[DumpFile, ...]  # in rank order; per rank the pickle before its JSON twin
+    skipped: tuple[SkippedFile, ...]  # named like a dump but not a regular file, or too big
+    ignored: tuple[SkippedFile, ...] = ()  # not dumps (README, expected.json, core.100), with why
 
 
 def _kind_of(mode: int) -> str | None:
@@ -45,53 +68,75 @@ def _kind_of(mode: int) -> str | None:
     return "not a regular file"
 
 
-def _split_name(name: str, prefix: str | None) -> tuple[str, int, str] | None:
+def split_name(name: str, prefix: str | None) -> tuple[str, int, str, str] | str:
+    """(prefix, rank, format guessed from the suffix, stem) of a dump-like name, else the reason
+    the name is not one."""
     stem, suffix = os.path.splitext(name)
     file_format = _FORMAT_SUFFIXES.get(suffix.lower())
     if file_format is None:
         stem, file_format = name, "pickle"
     if prefix is not None:
         if not stem.startswith(prefix) or not stem[len(prefix):].isdigit():
-            return None
-        return prefix, int(stem[len(prefix):]), file_format
-    match = _RANK_AT_END.match(stem)
-    if match is None:
-        return None
-    return match.group(1), int(match.group(2)), file_format
+            return f"the name does not start with --prefix {prefix!r} followed by a rank number"
+        head, digits = prefix, stem[len(prefix):]
+    else:
+        match = _RANK_AT_END.match(stem)
+        if match is None:
+            return "the name does not end in a rank number"
+        head, digits = match.group(1), match.group(2)
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > _MAX_RANK_DIGITS or int(digits) >= MAX_RANK:
+        return f"its number {digits[:24]} is too large for a rank (at most {MAX_RANK - 1})"
+    return head, int(digits), file_format, stem
+
+
+def _read_head(path: str) -> tuple[os.stat_result, bytes]:
+    """stat and first bytes of a regular file, opened non-blocking and checked again: a FIFO
+    that replaced the file since it was listed never blocks."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        return info, os.read(fd, HEAD_BYTES) if stat.S_ISREG(info.st_mode) else b""
+    finally:
+        os.close(fd)
 
 
 def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
     """List the dump files of `directory`: rank from the trailing digits of each name.
 
     `prefix` (a bare name or a path prefix such as /tmp/nccl_trace_rank_) restricts the names.
-    Only regular files are returned; FIFOs, sockets, subdirectories and broken links are skipped
-    with a reason. When a rank has several files, the one whose prefix most other dumps share
-    comes first, then pickle before JSON, then the newest.
+    Only regular files whose first bytes can start a dump are returned; FIFOs, sockets,
+    subdirectories and broken links are skipped with a reason; other files are ignored with one.
+    Two different files claiming one rank is a UsageError naming both, unless they are the
+    pickle and the JSON of one dump (the same name but for the suffix).
     """
     try:
         info = os.stat(directory)
     except OSError as exc:
-        raise UsageError(f"{directory}: cannot read the dump directory ({exc.strerror}); pass the directory that holds the per-rank dumps") from None
+        raise UsageError(f"{display_path(directory)}: cannot read the dump directory ({exc.strerror}); "
+                         "pass the directory that holds the per-rank dumps") from None
     if not stat.S_ISDIR(info.st_mode):
-        raise UsageError(f"{directory}: not a directory; pass the directory that holds the per-rank dumps")
+        raise UsageError(f"{display_path(directory)}: not a directory; pass the directory that holds the per-rank dumps")
     if prefix is not None:
         prefix = os.path.basename(prefix)
 
     try:
         names = sorted(os.listdir(directory))
     except OSError as exc:
-        raise UsageError(f"{directory}: cannot list the directory ({exc.strerror}); check its permissions") from None
+        raise UsageError(f"{display_path(directory)}: cannot list the directory ({exc.strerror}); check its permissions") from None
 
-    candidates: list[tuple[DumpFile, float]] = []
+    candidates: list[DumpFile] = []
+    empty: list[DumpFile] = []
     skipped: list[SkippedFile] = []
-    ignored: list[str] = []
+    ignored: list[SkippedFile] = []
     for name in names:
+        if name.startswith("."):  # hidden: editors' and frtrace's own temporary files
+            continue
         path = os.path.join(directory, name)
         printable = display_path(path)
-        parts = _split_name(name, prefix)
-        if parts is None:
-            if not name.startswith("."):
-                ignored.append(printable)
+        parts = split_name(name, prefix)
+        if isinstance(parts, str):
+            ignored.append(SkippedFile(printable, parts))
             continue
         try:
             info = os.stat(path)  # follows links; a loop or dangling link raises
@@ -99,12 +144,44 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
             skipped.append(SkippedFile(printable, f"cannot stat it ({exc.strerror})"))
             continue
         kind = _kind_of(info.st_mode)
+        if kind is None:
+            try:
+                info, head = _read_head(path)
+            except OSError as exc:
+                skipped.append(SkippedFile(printable, f"cannot open it ({exc.strerror}); check its permissions"))
+                continue
+            kind = _kind_of(info.st_mode)
         if kind is not None:
             skipped.append(SkippedFile(printable, f"{kind}; not read"))
             continue
-        file_prefix, rank, file_format = parts
-        candidates.append((DumpFile(path, rank, file_prefix, file_format), info.st_mtime))
+        file_prefix, rank, guessed, stem = parts
+        if not head:
+            empty.append(DumpFile(path, rank, file_prefix, guessed, stem))
+            continue
+        file_format = sniff(head)
+        if file_format is None:
+            ignored.append(SkippedFile(printable, "its first bytes are not those of a pickle or JSON dump"))
+            continue
+        if info.st_size > MAX_DUMP_BYTES:
+            skipped.append(SkippedFile(printable, f"{info.st_size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB "
+                                                  "a Flight Recorder dump can hold; not read"))
+            continue
+        candidates.append(DumpFile(path, rank, file_prefix, file_format, stem))
 
-    prefix_counts = Counter(f.prefix for f, _ in candidates)
-    candidates.sort(key=lambda c: (c[0].rank, -prefix_counts[c[0].prefix], c[0].file_format != "pickle", -c[1], c[0].path))
-    return Discovery(tuple(f for f, _ in candidates), tuple(skipped), tuple(ignored))
+    # An empty file is a rank killed before it dumped when its name is that of the dumps beside it.
+    dump_prefixes = {f.prefix for f in candidates}
+    for dump_file in empty:
+        if dump_file.prefix in dump_prefixes:
+            candidates.append(dump_file)
+        else:
+            ignored.append(SkippedFile(display_path(dump_file.path), "empty, and no dump beside it shares its name"))
+
+    candidates.sort(key=lambda f: (f.rank, f.file_format != "pickle", f.path))
+    by_rank: dict[int, DumpFile] = {}
+    for dump_file in candidates:
+        first = by_rank.setdefault(dump_file.rank, dump_file)
+        if first.stem != dump_file.stem:
+            raise UsageError(
+                f"two dump files claim rank {dump_file.rank}: {display_path(first.path)} and {display_path(dump_file.path)}; "
+                "move the one that does not belong out of the folder, or choose one name with --prefix")
+    return Discovery(tuple(candidates), tuple(skipped), tuple(ignored))

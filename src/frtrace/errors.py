@@ -5,9 +5,23 @@ from __future__ import annotations
 import os
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal could act on escaped: control characters (ESC, CR,
+    newline, BEL), bidi overrides, lone surrogates. Strings from dumps and file names pass here
+    before they reach a terminal, a message or a report; printable text comes back unchanged."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def display_path(path: str) -> str:
-    """The path as printable text, even when the name is not valid UTF-8."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")
+    """The path as printable text, even when the name is not valid UTF-8 or holds a newline."""
+    return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
 class FrtraceError(Exception):
@@ -34,3 +48,17 @@ class DumpError(FrtraceError):
 
 class OutputError(FrtraceError):
     """An output file cannot be written."""
+
+
+class InternalError(Exception):
+    """A bug of frtrace's met while reading one file: never blamed on the rank. Crosses from
+    the loader's worker processes with the traceback as text."""
+
+    def __init__(self, where: str, summary: str, traceback_text: str) -> None:
+        super().__init__(f"{where}: {summary}")
+        self.where = where
+        self.summary = summary
+        self.traceback_text = traceback_text
+
+    def __reduce__(self):
+        return (type(self), (self.where, self.summary, self.traceback_text))

@@ -11,10 +11,12 @@ from __future__ import annotations
 import marshal
 import sys
 from array import array
-from itertools import repeat
+from itertools import chain, repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
+from .errors import printable
+from .limits import MAX_DIMS, MAX_FRAMES, MAX_INT, MAX_TEXT
 from .types import EntryColumns, Frame, Kind, code_column, float_column, int_column, small_int_column, time_column
 
 DTYPE_NAMES = {
@@ -32,6 +34,38 @@ def split_profiling_name(name: str) -> tuple[str, str]:
 def dtype_name(raw: str) -> str:
     """Version 2.0 wrote C++ names ("float"); later ones "Float". One spelling for both."""
     return sys.intern(DTYPE_NAMES.get(raw.lower(), raw))
+
+
+_SEQUENCE = {list, tuple}
+_PER_ENTRY = 8  # tensors per entry, and dims per tensor, on average, above which the careful path checks
+
+
+def _plain_nested(column: tuple, depth: int, leaf: type) -> list | None:
+    """The leaves of `column` (one raw value per entry, nested `depth` lists deep) when every
+    level is a list or tuple and every leaf a `leaf`; None otherwise.
+
+    Each level is checked with C-level maps before the next is expanded, and stops the fast path
+    when it holds more than _PER_ENTRY items per item of the level above: values repeated through
+    shared references can make a small file describe astronomically many items, and only the
+    careful path (which checks each distinct object once) takes those."""
+    level: Any = column
+    for _ in range(depth):
+        if not set(map(type, level)) <= _SEQUENCE or sum(map(len, level)) > _PER_ENTRY * len(level) + 64:
+            return None
+        level = list(chain.from_iterable(level))
+    return level if set(map(type, level)) <= {leaf} else None
+
+
+def _plain_values(sizes_in, sizes_out, dtypes_in, dtypes_out, groups) -> bool:
+    """Whether the raw values that make an entry's kind are plain enough to marshal and hash."""
+    for sizes in (sizes_in, sizes_out):
+        dims = _plain_nested(sizes, 2, int)
+        if dims is None or (dims and not (-1 <= min(dims) and max(dims) <= MAX_INT)):
+            return False
+    for texts in (_plain_nested(dtypes_in, 1, str), _plain_nested(dtypes_out, 1, str), _plain_nested(groups, 1, str)):
+        if texts is None or (texts and max(map(len, texts)) > MAX_TEXT):
+            return False
+    return set(map(len, groups)) <= {2}
 
 
 _FAST_KEYS = ("record_id", "process_group", "collective_seq_id", "p2p_seq_id", "profiling_name",
@@ -73,7 +107,14 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
             and set(map(type, record_ids)) <= _OPTIONAL_INT and set(map(type, p2p_flags)) <= {bool}
             and set(map(type, created)) <= _OPTIONAL_INT and set(map(type, started)) <= _OPTIONAL_INT
             and set(map(type, completed)) <= _OPTIONAL_INT and set(map(type, durations)) <= _NUMBER
-            and set(map(type, names)) <= {str} and set(map(type, states)) <= {str}):
+            and set(map(type, names)) <= {str} and set(map(type, states)) <= {str}
+            and max(map(len, names)) <= MAX_TEXT and max(map(len, states)) <= MAX_TEXT
+            and _plain_values(sizes_in, sizes_out, dtypes_in, dtypes_out, groups)):
+        return None
+    numbers = [int_column(record_ids), int_column(coll_seqs), int_column(p2p_seqs),
+               time_column(created), time_column(started), time_column(completed), float_column(durations)]
+    if not all(isinstance(column, array) for column in numbers) or not all(
+            abs(d) <= MAX_INT for d in numbers[-1] if d == d):  # over 64 bits, NaN or inf: checked field by field
         return None
     try:
         # one bytes key per entry for what makes its kind, built in C; marshal version 2 writes no
@@ -93,9 +134,9 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     if stack_ids is None:
         return None
     return EntryColumns(
-        rank, tuple(kinds), code_column(map(code_of.__getitem__, keys), len(kinds)), tuple(map(sys.intern, state_of)),
-        code_column(map(state_of.__getitem__, states), len(state_of)), int_column(record_ids), int_column(coll_seqs), int_column(p2p_seqs),
-        time_column(created), time_column(started), time_column(completed), float_column(durations), stack_ids,
+        rank, tuple(kinds), code_column(map(code_of.__getitem__, keys), len(kinds)),
+        tuple(sys.intern(printable(state)) for state in state_of), code_column(map(state_of.__getitem__, states), len(state_of)),
+        *numbers, stack_ids,
     )
 
 
@@ -111,9 +152,9 @@ def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dt
         shapes.append(tuple(map(tuple, sizes)))
     if not all(isinstance(d, (list, tuple)) and all(type(t) is str for t in d) for d in (dtypes_in, dtypes_out)):
         return None
-    backend, op = split_profiling_name(name)
-    return Kind(sys.intern(group[0]), sys.intern(group[1]), op, backend, is_p2p, shapes[0], shapes[1],
-                tuple(map(dtype_name, dtypes_in)), tuple(map(dtype_name, dtypes_out)))
+    backend, op = split_profiling_name(printable(name))
+    return Kind(sys.intern(printable(group[0])), sys.intern(printable(group[1])), op, backend, is_p2p, shapes[0], shapes[1],
+                tuple(dtype_name(printable(d)) for d in dtypes_in), tuple(dtype_name(printable(d)) for d in dtypes_out))
 
 
 def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array | None:
@@ -126,15 +167,21 @@ def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array |
             continue
         known = by_object.get(id(frame_list))
         if known is None:
-            if type(frame_list) is not list:
+            if type(frame_list) is not list or len(frame_list) > MAX_FRAMES:
                 return None
             try:
                 fields = tuple(map(_frame_fields, frame_list))
             except (KeyError, TypeError):
                 return None
+            # checked before the tuple is hashed: a deeply nested value would crash the hash
+            flat = list(chain.from_iterable(fields))
+            texts, lines = flat[0::3] + flat[1::3], flat[2::3]
+            if not (set(map(type, texts)) <= {str} and set(map(type, lines)) <= {int}
+                    and max(map(len, texts)) <= MAX_TEXT and 0 <= min(lines) and max(lines) <= MAX_INT):
+                return None
             known = by_fields.get(fields)
             if known is None:
-                stack = tuple(Frame(str(n), str(f), ln if type(ln) is int else 0) for n, f, ln in fields)
+                stack = tuple(Frame(printable(n), printable(f), ln) for n, f, ln in fields)
                 known = by_fields[fields] = stacks.setdefault(stack, len(stacks))
             by_object[id(frame_list)] = known
         ids.append(known)

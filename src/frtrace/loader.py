@@ -15,6 +15,7 @@ import pickle
 import re
 import stat
 import sys
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,13 +23,15 @@ from typing import Any
 
 from . import fastpath
 from . import workers as worker_processes
-from .discover import Discovery, DumpFile
-from .errors import DumpError, display_path
+from .discover import HEAD_BYTES, Discovery, DumpFile, sniff
+from .errors import DumpError, InternalError, display_path, printable
 from .fastpath import dtype_name, split_profiling_name
+from .limits import MAX_DIMS, MAX_DUMP_BYTES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT, bounded_memory
 from .runs import make_runs
 from .types import Dump, Entry, EntryColumns, Frame, GroupConfig, LoadResult, SkippedFile
 
 _P2P_PREFIXES = ("send", "recv")
+_BOM = b"\xef\xbb\xbf"
 _RANKS_TEXT = re.compile(r"^\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]$")
 
 
@@ -50,64 +53,124 @@ class _BadEntry(Exception):
     pass
 
 
+class _HugeInt:
+    """Stands for a JSON integer too long to convert: the field holding it is dropped or refused."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"a {self.digits}-digit integer"
+
+
+def _bounded_int(text: str) -> int | _HugeInt:
+    return int(text) if len(text) <= 20 else _HugeInt(len(text))
+
+
 def read_raw(path: str) -> tuple[Any, str]:
-    """The raw object held by a dump file, and "pickle" or "json" (sniffed from the bytes)."""
+    """The raw object held by a dump file, and "pickle" or "json" (sniffed from the first bytes).
+
+    The file is opened non-blocking (a FIFO that replaced it since discovery must not block),
+    checked to be a regular file of bounded size, sniffed from its first bytes before the rest is
+    read, and parsed under a memory ceiling (limits.bounded_memory)."""
     try:
-        # O_NONBLOCK: a FIFO that replaced the file since discovery must not block the open.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise DumpError(path, f"cannot open it ({exc.strerror}); check its permissions") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise DumpError(path, "not a regular file; not read")
+        if info.st_size > MAX_DUMP_BYTES:
+            raise DumpError(path, f"more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder dump can hold; not read")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read()
+            head = handle.read(HEAD_BYTES)
+            file_format = sniff(head)
+            if head and file_format is None:
+                raise DumpError(path, "its first bytes are not those of a pickle or JSON dump; leave it out")
+            data = head + handle.read(MAX_DUMP_BYTES + 1 - len(head))
     except OSError as exc:
         raise DumpError(path, f"cannot read it ({exc.strerror})") from None
     finally:
         os.close(fd)
-
     if not data:
         raise DumpError(path, "empty file (the rank may have been killed before it dumped); leave it out or re-dump")
-    head = data.lstrip()[:1]
-    if head in (b"{", b"["):
-        try:
-            return json.loads(data), "json"
-        except (ValueError, RecursionError) as exc:
-            raise DumpError(path, f"not valid JSON ({_short(exc)}); the file is truncated or damaged, re-dump the rank or leave it out") from None
+    if len(data) > MAX_DUMP_BYTES:
+        raise DumpError(path, f"grew past {MAX_DUMP_BYTES >> 20} MiB while being read; not read")
+
     try:
-        return _DataOnlyUnpickler(io.BytesIO(data)).load(), "pickle"
+        with bounded_memory(len(data)):
+            if file_format == "json":
+                return _parse_json(data, path), "json"
+            return _DataOnlyUnpickler(io.BytesIO(data)).load(), "pickle"
     except _Refused as exc:
-        raise DumpError(path, f"refused: the pickle asks for {exc}, and a dump holds only data; do not trust this file") from None
+        raise DumpError(path, f"refused: the pickle asks for {printable(str(exc))[:120]}, and a dump holds only data; "
+                              "do not trust this file") from None
+    except MemoryError:
+        raise DumpError(path, f"parsing it needs far more memory than a {len(data)}-byte dump can; "
+                              "the file is damaged or hostile, leave it out") from None
     except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            OverflowError, UnicodeDecodeError, RecursionError, MemoryError) as exc:
+            OverflowError, UnicodeDecodeError, RecursionError) as exc:
         if isinstance(exc, EOFError) or "truncated" in str(exc):
             raise DumpError(path, "truncated pickle (the rank was likely killed mid-write); re-dump it or leave it out") from None
         raise DumpError(path, f"not a readable pickle or JSON dump ({_short(exc)}); leave it out") from None
 
 
+def _parse_json(data: bytes, path: str) -> Any:
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        first = exc
+    except RecursionError:
+        raise DumpError(path, "not valid JSON (nested too deeply); the file is damaged, leave it out") from None
+    try:  # an integer too long to convert fails the fast parse: parse again, marking such numbers
+        return json.loads(data, parse_int=_bounded_int)
+    except (ValueError, RecursionError):
+        raise DumpError(path, f"not valid JSON ({_short(first)}); the file is truncated or damaged, "
+                              "re-dump the rank or leave it out") from None
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:120]
+    return printable(text[:120])
 
 
 def parse_version(value: Any) -> tuple[int, int] | None:
     """"2.10" -> (2, 10); None when the value is not a "major.minor" string."""
     if not isinstance(value, str):
         return None
-    match = re.match(r"^\s*(\d+)\.(\d+)", value)
+    match = re.match(r"^\s*(\d{1,6})\.(\d{1,6})", value)
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 class _Normalizer:
-    """Turns one raw dump into typed records, sharing equal tuples and strings to save memory."""
+    """Turns one raw dump into typed records field by field: the careful path, for dumps the
+    fast path will not take. Every raw value is type-checked, level by level and within the caps
+    of limits.py, before it is hashed, converted or shown; values met again through shared
+    references are checked once (caches keyed by object identity, valid while the raw dump lives).
+    """
 
     def __init__(self, rank: int, path: str) -> None:
         self.rank = rank
         self.path = path
-        self.shapes: dict[Any, tuple] = {}
+        self.shapes: dict[int, tuple | None] = {}  # id(raw list) -> its shapes, None when invalid
+        self.dims: dict[int, tuple | None] = {}  # id(raw shape) -> its dims, None when invalid
+        self.dtypes: dict[int, tuple | None] = {}
         self.stacks: dict[tuple[Frame, ...], int] = {}
+        self.stack_of: dict[int, int] = {}  # id(raw frames list) -> stack id
         self.notes: list[str] = []
+        self.dropped: dict[str, list] = {}  # field -> [first problem, count]: one note per field
+
+    def drop(self, key: str, problem: str) -> None:
+        """A bad optional field costs the field, not the rank: noted once per field."""
+        seen = self.dropped.setdefault(key, [problem, 0])
+        seen[1] += 1
+
+    def drop_notes(self) -> list[str]:
+        return [f"{problem}; the field was dropped" + (f" (in {count} entries)" if count > 1 else "")
+                for problem, count in self.dropped.values()]
 
     # -- scalars
     def integer(self, raw: dict, key: str, where: str, default: Any = ...) -> int | None:
@@ -116,19 +179,29 @@ class _Normalizer:
             raise _BadEntry(f"{where}: '{key}' is missing")
         if value is None and default is None:
             return None
+        if isinstance(value, str) and 0 < len(value.strip()) <= 20 and value.strip().lstrip("-").isdigit():
+            value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
+            if -MAX_INT - 1 <= value <= MAX_INT:
+                return value
+            raise _BadEntry(f"{where}: '{key}' is {_shown(value)}, beyond a 64-bit integer")
         raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where an integer belongs")
+
+    def optional_integer(self, raw: dict, key: str, where: str) -> int | None:
+        try:
+            return self.integer(raw, key, where, None)
+        except _BadEntry as exc:
+            self.drop(key, str(exc))
+            return None
 
     def optional_time(self, raw: dict, key: str, where: str) -> int | None:
         value = raw.get(key)
-        if isinstance(value, float) and value == value and abs(value) < 2**63:  # a JSON writer's float
-            value = int(value)
-        else:
-            value = self.integer(raw, key, where, None)
-        return value or None  # JSON writes 0 for unset
+        if isinstance(value, float):  # a JSON writer's float; NaN and inf are no time
+            if value == value and abs(value) <= MAX_INT:
+                return int(value) or None
+            self.drop(key, f"{where}: '{key}' is {_shown(value)} where a time belongs")
+            return None
+        return self.optional_integer(raw, key, where) or None  # JSON writes 0 for unset
 
     def text(self, raw: dict, key: str, where: str, default: Any = ...) -> str:
         value = raw.get(key, default)
@@ -136,50 +209,68 @@ class _Normalizer:
             raise _BadEntry(f"{where}: '{key}' is missing")
         if not isinstance(value, str):
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a string belongs")
-        return sys.intern(value)
+        return _clean(value)
 
     def shapes_of(self, raw: dict, key: str, where: str) -> tuple:
         value = raw.get(key, ...)
         if value is ...:
             raise _BadEntry(f"{where}: '{key}' is missing")
-        cache_key = _freeze(value)
-        cached = self.shapes.get(cache_key) if cache_key is not None else None
-        if cached is not None:
-            return cached
-        if not isinstance(value, (list, tuple)) or not all(
-            isinstance(shape, (list, tuple)) and all(isinstance(d, int) and not isinstance(d, bool) for d in shape)
-            for shape in value
-        ):
+        found = self.shapes.get(id(value), ...)
+        if found is ...:
+            found = self.shapes[id(value)] = self._shapes(value)
+        if found is None:
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of shapes belongs")
-        result = tuple(tuple(shape) for shape in value)
-        if cache_key is not None:
-            self.shapes[cache_key] = result
-        return result
+        return found
+
+    def _shapes(self, value: Any) -> tuple | None:
+        if type(value) not in (list, tuple) or len(value) > MAX_SHAPES:
+            return None
+        shapes = []
+        for shape in value:
+            dims = self.dims.get(id(shape), ...)
+            if dims is ...:
+                ok = (type(shape) in (list, tuple) and len(shape) <= MAX_DIMS
+                      and all(type(d) is int and -1 <= d <= MAX_INT for d in shape))
+                dims = self.dims[id(shape)] = tuple(shape) if ok else None
+            if dims is None:
+                return None
+            shapes.append(dims)
+        return tuple(shapes)
 
     def dtypes_of(self, raw: dict, key: str, where: str) -> tuple:
         value = raw.get(key, [])
-        frozen = _freeze(value)
-        cache_key = ("dtypes", frozen) if frozen is not None else None
-        cached = self.shapes.get(cache_key) if cache_key is not None else None
-        if cached is not None:
-            return cached
-        if not isinstance(value, (list, tuple)) or not all(isinstance(d, str) for d in value):
+        found = self.dtypes.get(id(value), ...)
+        if found is ...:
+            ok = (type(value) in (list, tuple) and len(value) <= MAX_SHAPES
+                  and all(type(d) is str and len(d) <= MAX_TEXT for d in value))
+            found = self.dtypes[id(value)] = tuple(_clean(dtype_name(d)) for d in value) if ok else None
+        if found is None:
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of dtype names belongs")
-        result = tuple(map(dtype_name, value))
-        if cache_key is not None:
-            self.shapes[cache_key] = result
-        return result
+        return found
 
-    def stack_id(self, raw: dict) -> int:
+    def stack_id(self, raw: dict, where: str) -> int:
         frames = raw.get("frames")
-        if not frames or not isinstance(frames, list):
+        if not frames:
             return -1
-        stack = tuple(
-            Frame(str(f.get("name", "?")), str(f.get("filename", "?")), f.get("line") if isinstance(f.get("line"), int) else 0)
-            for f in frames
-            if isinstance(f, dict)
-        )
-        return self.stacks.setdefault(stack, len(self.stacks))
+        known = self.stack_of.get(id(frames))
+        if known is not None:
+            return known
+        if type(frames) is not list or len(frames) > MAX_FRAMES:
+            self.drop("frames", f"{where}: 'frames' is {_shown(frames)} where a list of up to {MAX_FRAMES} frames belongs")
+            return -1
+        stack = []
+        for frame in frames:
+            if type(frame) is not dict:
+                self.drop("frames", f"{where}: a frame is {_shown(frame)} where a dict belongs")
+                return -1
+            name, filename, line = frame.get("name"), frame.get("filename"), frame.get("line")
+            if type(name) is not str or type(filename) is not str or not (type(line) is int and 0 <= line <= MAX_INT):
+                self.drop("frames", f"{where}: a frame holds {_shown(name)}, {_shown(filename)}, {_shown(line)} "
+                                    "where a name, a file name and a line number belong")
+                return -1
+            stack.append(Frame(_clean(name), _clean(filename), line))
+        known = self.stack_of[id(frames)] = self.stacks.setdefault(tuple(stack), len(self.stacks))
+        return known
 
     # -- records
     def entry(self, raw: Any, index: int) -> Entry:
@@ -194,8 +285,8 @@ class _Normalizer:
         pg_id = raw.get("pg_id")
         group = raw.get("process_group")
         if isinstance(group, (list, tuple)) and len(group) == 2 and all(isinstance(g, str) for g in group):
-            pg_name, pg_desc = sys.intern(group[0]), sys.intern(group[1])
-        elif group is None and isinstance(pg_id, int):
+            pg_name, pg_desc = _clean(group[0]), _clean(group[1])
+        elif group is None and type(pg_id) is int and 0 <= pg_id <= MAX_INT:
             pg_name, pg_desc = sys.intern(str(pg_id)), ""
         else:
             raise _BadEntry(f"{where}: 'process_group' is {_shown(group)} where a (name, desc) pair belongs")
@@ -209,10 +300,14 @@ class _Normalizer:
 
         state = self.text(raw, "state", where, "scheduled")
         duration = raw.get("duration_ms")
+        if isinstance(duration, bool) or not (duration is None or isinstance(duration, (int, float))) or (
+                isinstance(duration, (int, float)) and not abs(duration) <= MAX_INT):  # NaN fails <=
+            self.drop("duration_ms", f"{where}: 'duration_ms' is {_shown(duration)} where milliseconds belong")
+            duration = None
         return Entry(
             rank=self.rank,
             index=index,
-            record_id=self.integer(raw, "record_id", where, None),
+            record_id=self.optional_integer(raw, "record_id", where),
             pg_name=pg_name,
             pg_desc=pg_desc,
             collective_seq_id=collective_seq_id,
@@ -228,8 +323,8 @@ class _Normalizer:
             time_created_ns=self.optional_time(raw, "time_created_ns", where),
             time_started_ns=self.optional_time(raw, "time_discovered_started_ns", where),
             time_completed_ns=self.optional_time(raw, "time_discovered_completed_ns", where),
-            duration_ms=float(duration) if isinstance(duration, (int, float)) and not isinstance(duration, bool) else None,
-            stack_id=self.stack_id(raw),
+            duration_ms=None if duration is None else float(duration),
+            stack_id=self.stack_id(raw, where),
         )
 
     def group_configs(self, raw: Any) -> tuple[GroupConfig, ...]:
@@ -243,19 +338,34 @@ class _Normalizer:
                 ranks = value.get("ranks")
             else:  # 1.4: {pg_id: [ranks]}
                 name, desc, ranks = key, "", value
+            if type(name) is int and 0 <= name <= MAX_INT:
+                name = str(name)
+            if not isinstance(name, str) or not isinstance(desc, str):
+                self.notes.append(f"pg_config has a group named {_shown(name)} ({_shown(desc)}), not text; ignored")
+                continue
+            name, desc = _clean(name), _clean(desc)
             if isinstance(ranks, str):
-                parsed = _parse_ranks_text(ranks)
+                parsed = _parse_ranks_text(ranks) if len(ranks) <= 8 * MAX_RANK else None
                 if parsed is None:
-                    self.notes.append(f"pg_config of group {name!r} has ranks {ranks[:40]!r}, not a list of numbers; ignored")
+                    self.notes.append(f"pg_config of group {name!r} has ranks {_shown(ranks)}, not a list of ranks; ignored")
                     continue
                 ranks = parsed
-            if not isinstance(ranks, (list, tuple)) or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+            if not isinstance(ranks, (list, tuple)) or len(ranks) > MAX_RANK or not all(
+                    type(r) is int and 0 <= r < MAX_RANK for r in ranks):
+                if ranks:
+                    self.notes.append(f"pg_config of group {name!r} has ranks {_shown(ranks)}, not a list of ranks; ignored")
                 continue
-            name = str(name)
             if not name or not ranks:  # the placeholder real gloo dumps carry
                 continue
-            configs.append(GroupConfig(sys.intern(name), sys.intern(str(desc)), tuple(sorted(set(ranks)))))
+            configs.append(GroupConfig(name, desc, tuple(sorted(set(ranks)))))
         return tuple(configs)
+
+
+def _clean(text: str) -> str:
+    """A dump's string as frtrace keeps it: at most MAX_TEXT characters, nothing a terminal acts on."""
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT] + "..."
+    return sys.intern(printable(text))
 
 
 @lru_cache(maxsize=256)
@@ -263,22 +373,30 @@ def _parse_ranks_text(text: str) -> tuple[int, ...] | None:
     """"[0, 1, 2]" -> (0, 1, 2), never by eval. Every rank's dump repeats the world's list: cached."""
     if not _RANKS_TEXT.match(text.strip()):
         return None
-    return tuple(int(r) for r in re.findall(r"\d+", text))
-
-
-def _freeze(value: Any) -> Any:
-    """A hashable stand-in for a raw value, for the intern cache; None when there is none."""
-    if isinstance(value, (list, tuple)):
-        parts = tuple(_freeze(v) for v in value)
-        return None if any(p is None for p in parts) else parts
-    if isinstance(value, (int, str, float)):  # bool is an int; None has no stand-in
-        return (type(value), value)
-    return None
+    numbers = re.findall(r"\d+", text)
+    if any(len(n) > 7 for n in numbers):
+        return None
+    ranks = tuple(map(int, numbers))
+    return ranks if all(r < MAX_RANK for r in ranks) else None
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    """A short, printable description of a raw value. Never repr of a container: shared
+    references can make that text astronomically long."""
+    if value is None or isinstance(value, (bool, float)):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value) if abs(value) < 10**20 else f"a {value.bit_length()}-bit integer"
+    if isinstance(value, str):
+        text = repr(value[:37] + "..." if len(value) > 40 else value)
+        return printable(text)
+    if isinstance(value, (list, tuple)) and len(value) <= 4 and all(
+            v is None or isinstance(v, (bool, float)) or (isinstance(v, int) and abs(v) < 10**20)
+            or (isinstance(v, str) and len(v) <= 10) for v in value):
+        return printable(repr(value))
+    if isinstance(value, (list, tuple, dict)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    return printable(repr(value)) if isinstance(value, _HugeInt) else f"a {type(value).__name__}"
 
 
 def normalize(raw: Any, rank: int, path: str, file_format: str) -> Dump:
@@ -310,7 +428,7 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
             raise DumpError(path, "a dict without 'entries', 'version' or 'pg_config': not a Flight Recorder dump; leave it out")
         parsed = parse_version(raw.get("version"))
         if parsed is None:
-            normalizer.notes.append(f"unknown version {raw.get('version')!r}; read by the fields present")
+            normalizer.notes.append(f"unknown version {_shown(raw.get('version'))}; read by the fields present")
             parsed = (0, 0)
         version = parsed
         raw_entries = raw.get("entries", [])
@@ -329,8 +447,8 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
     entries.runs = make_runs(entries)  # made here, in the worker, and sent along
     stacks = tuple(normalizer.stacks)  # stack ids were given in insertion order
-    return CompactDump(rank, path, file_format, version, entries, normalizer.group_configs(raw_configs), stacks,
-                       tuple(normalizer.notes))
+    configs = normalizer.group_configs(raw_configs)
+    return CompactDump(rank, path, file_format, version, entries, configs, stacks, tuple(normalizer.notes + normalizer.drop_notes()))
 
 
 class _Shared:
@@ -354,61 +472,70 @@ def read_dump(path: str, rank: int) -> Dump:
     return normalize(raw, rank, path, file_format)
 
 
-def _load_one(job: tuple[str, int]) -> CompactDump | DumpError:
-    """Read one file into its compact form; runs in a worker process. Errors come back as values."""
+def _load_one(job: tuple[str, int]) -> CompactDump | DumpError | InternalError:
+    """Read one file into its compact form; runs in a worker process. Errors come back as values:
+    a DumpError costs the file, an InternalError (a bug of ours) stops the run."""
     path, rank = job
     try:
         raw, file_format = read_raw(path)
         return compact(raw, rank, path, file_format)
     except DumpError as exc:
         return exc
-    except Exception as exc:  # a bug of ours must cost one rank, not the analysis
-        return DumpError(path, f"could not be read ({type(exc).__name__}: {_short(exc)}); please report this")
+    except Exception as exc:  # never blamed on the rank: the rank's file may be fine
+        return InternalError(display_path(path), f"{type(exc).__name__}: {_short(exc)}", traceback.format_exc())
 
 
-_POOL_MIN_FILES = 16  # below this, starting worker processes costs more than it saves
-
-
-def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[CompactDump | DumpError]:
-    """Results in job order; in worker processes when there is enough to share."""
+def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[CompactDump | DumpError | InternalError]:
+    """Results in job order, from worker processes: a file that crashes or exhausts its reader
+    costs that file, never the run. workers=0 reads in this process (for tests only)."""
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc="loading dumps", unit="file", file=sys.stderr, leave=False)
+    results = map(_load_one, jobs) if workers <= 0 else worker_processes.in_workers(_load_one, jobs, min(workers, len(jobs)))
     try:
-        if workers <= 1 or len(jobs) < _POOL_MIN_FILES:
-            results = map(_load_one, jobs)
-        else:
-            results = worker_processes.in_workers(_load_one, jobs, min(workers, len(jobs)))
         for result in results:
             yield result
             if bar is not None:
                 bar.update()
     finally:
+        if hasattr(results, "close"):
+            results.close()
         if bar is not None:
             bar.close()
 
 
-def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1) -> LoadResult:
+def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
+    """The world size the default group's pg_config gives, where any dump has one."""
+    sizes = [max(c.ranks) + 1 for d in dumps.values() for c in d.group_configs
+             if c.desc == "default_pg" or (c.name == "0" and c.desc in ("", "undefined"))]
+    return max(sizes) if sizes else None
+
+
+def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1, bound_by_configs: bool = True) -> LoadResult:
     """Read every rank's dump; a file that cannot be used is skipped with its reason.
 
-    `workers` > 1 reads files in that many processes, each sending back a compact form. When a
-    rank has several files (pickle and JSON, or two prefixes) the first readable one in discovery
-    order is used and the others are noted (same name, other format) or reported as skipped.
+    Files are read in `workers` processes, each sending back a compact form. When a rank has a
+    pickle and a JSON of one dump, the first readable one is used and the other noted. With
+    `bound_by_configs`, ranks beyond the world that the dumps' default-group pg_config describes
+    are ignored (a file such as `backup_100` beside a 4-rank job). An InternalError from any
+    file is raised: a bug of frtrace's is never turned into a skipped, then blamed, rank.
     """
     choices: dict[int, list[DumpFile]] = {}
     for dump_file in discovery.files:
         choices.setdefault(dump_file.rank, []).append(dump_file)
-    skipped: list[SkippedFile] = list(discovery.skipped)
-    notes: list[str] = [f"{path}: ignored, the name does not end in a rank number" for path in discovery.ignored]
+    unreadable: dict[int, list[SkippedFile]] = {}
+    notes: list[str] = []
     dumps: dict[int, Dump] = {}
     used: dict[int, DumpFile] = {}
     shared = _Shared()
 
-    def take(rank: int, dump_file: DumpFile, result: CompactDump | DumpError) -> None:
+    def take(rank: int, dump_file: DumpFile, result: CompactDump | DumpError | InternalError) -> None:
+        if isinstance(result, InternalError):
+            raise result
         if isinstance(result, DumpError):
-            skipped.append(SkippedFile(display_path(result.path), result.reason))
+            unreadable.setdefault(rank, []).append(SkippedFile(display_path(result.path), result.reason))
         else:
             dumps[rank] = shared.dump(result)
             used[rank] = dump_file
@@ -418,13 +545,20 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
         take(dump_file.rank, dump_file, result)
     for rank, files in choices.items():
         for dump_file in files[1:]:
-            if rank not in used:  # the first choice failed: fall back to the next file
-                take(rank, dump_file, _load_one((dump_file.path, rank)))
-            elif used[rank].prefix == dump_file.prefix:  # the same dump in the other format
-                notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used[rank].path)}; not read")
+            if rank not in used:  # the first choice failed: fall back to its twin in the other format
+                take(rank, dump_file, next(_load_all([(dump_file.path, rank)], workers, False)))
             else:
-                skipped.append(SkippedFile(display_path(dump_file.path),
-                                           f"a second dump for rank {rank}, which was read from {display_path(used[rank].path)}; "
-                                           "pass --prefix to choose between them"))
-    ranks_named = frozenset(choices)
-    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes))
+                notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used[rank].path)}; not read")
+
+    world = _world_from_configs(dumps) if bound_by_configs else None
+    outside = sorted(r for r in choices if world is not None and r >= world)
+    ignored = list(discovery.ignored)
+    for rank in outside:
+        ignored.extend(SkippedFile(display_path(f.path), f"rank {rank} is outside the {world} ranks the dumps' pg_config describes")
+                       for f in choices[rank])
+        dumps.pop(rank, None)
+        unreadable.pop(rank, None)
+    skipped = [*discovery.skipped, *(item for rank in sorted(unreadable) for item in unreadable[rank])]
+    notes[:0] = [f"{item.path}: ignored, {item.reason}" for item in ignored]
+    ranks_named = frozenset(choices).difference(outside)
+    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes), tuple(ignored))

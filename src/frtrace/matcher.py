@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from .align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
 from .compare import Checker
+from .errors import display_path
 from .groups import GroupTable
 from .types import Analysis, CollectiveCheck, Dump, Finding, Group
 from .verdict import conclude
@@ -33,7 +34,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     for rank, dump in dumps.items():
         tracks_by_rank[rank], rank_notes = build_tracks(dump, table, codes)
         notes.extend(rank_notes)
-        notes.extend(f"{dump.path}: {n}" for n in dump.notes)
+        notes.extend(f"{display_path(dump.path)}: {n}" for n in dump.notes)
     tracking = {rank: tracks_completion(dump) for rank, dump in dumps.items()}
     notes.extend(unknown_names(dumps))
 

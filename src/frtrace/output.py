@@ -1,78 +1,283 @@
-"""Write output files whole or not at all: a temp file beside the target, then a rename."""
+"""Write a run's output files all together or not at all, never over anything we were given.
+
+Every output is checked before the analysis starts (plan_outputs): it must not be the dump
+folder's file or another output's, and what it names must be a regular file (replaced), a
+place for a new one (created), or a stream (standard output, a character device, a FIFO:
+written through, never replaced). Each output is then written to a temporary file (Outputs.stage)
+and, only when all were written, the files are renamed over their targets one after the other
+with signals held off, so an interrupted run changes no output, or all of them.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO
 
-from .errors import OutputError, display_path
+from .discover import split_name
+from .errors import OutputError, UsageError, display_path
+
+_MAX_FOLDER_FILES = 200_000  # files of the dump folder compared with the outputs; a bound, not a rule
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def check_writable(path: str, what: str) -> None:
-    """Fail early, before any analysis, when `path` cannot become a file."""
-    if path == "-":
-        return
-    if os.path.isdir(path):
-        raise OutputError(f"{display_path(path)}: is a directory; give a file name for the {what}")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise OutputError(f"{display_path(path)}: the folder {display_path(parent)} does not exist; create it or choose another path for the {what}")
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"{display_path(path)}: cannot write in {display_path(parent)}; choose another path for the {what}")
+@dataclass(frozen=True, slots=True)
+class PlannedOutput:
+    flag: str  # the option that asked for it: "-o", "--json", ...
+    path: str  # as given
+    what: str  # "database", "JSON report", ...
+    binary: bool
+    target: str  # the file to create or replace (links resolved); "" for a stream
+    mode: int | None  # the replaced file's permission bits, None for a new file or a stream
+    owner: tuple[int, int] | None  # the replaced file's (uid, gid)
+
+    @property
+    def stream(self) -> bool:
+        return not self.target
 
 
-@contextmanager
-def atomic_file(path: str, what: str, binary: bool = False) -> Iterator[IO]:
-    """Yield a file to write; it replaces `path` only when the block finishes without error.
+def _folder_files(directory: str) -> set[tuple[int, int]]:
+    """(device, inode) of every file under the dump folder, links followed."""
+    found: set[tuple[int, int]] = set()
+    for root, _, names in os.walk(directory):
+        for name in names:
+            try:
+                info = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            found.add((info.st_dev, info.st_ino))
+            if len(found) >= _MAX_FOLDER_FILES:
+                return found
+    return found
 
-    "-" writes to standard output instead.
+
+def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> list[PlannedOutput]:
+    """Check every (flag, path, what, binary) before any work: UsageError (exit 2) for an output
+    that is the same file as another output or as any file under `dump_dir`, or that would land
+    in the dump folder under a dump's name; OutputError for one that cannot be written."""
+    plans: list[PlannedOutput] = []
+    identities: dict[object, str] = {}  # (dev, ino) or resolved path -> the flag that claimed it
+    folder = _folder_files(dump_dir) if os.path.isdir(dump_dir) else set()
+    real_dump_dir = os.path.realpath(dump_dir)
+    for flag, path, what, binary in requested:
+        shown = display_path(path)
+        if path == "-":
+            plan, identity = PlannedOutput(flag, path, what, binary, "", None, None), "<stdout>"
+        else:
+            try:
+                info = os.stat(path)  # follows links: /dev/stdout is a link to a pipe or a terminal
+            except FileNotFoundError:
+                info = None
+            except OSError as exc:
+                raise OutputError(f"{shown}: cannot use it for the {what} ({exc.strerror}); choose another path") from None
+            if info is None:
+                target = os.path.realpath(path)
+                parent = os.path.dirname(target)
+                if not os.path.isdir(parent):
+                    raise OutputError(f"{shown}: the folder {display_path(parent)} does not exist; create it or choose another path for the {what}")
+                if not os.access(parent, os.W_OK):
+                    raise OutputError(f"{shown}: cannot write in {display_path(parent)}; choose another path for the {what}")
+                if parent == real_dump_dir and not isinstance(split_name(os.path.basename(target), None), str):
+                    raise UsageError(f"{flag} {shown}: a new file named like a dump in the dump folder would be read as one "
+                                     "next time; choose another name or folder")
+                plan, identity = PlannedOutput(flag, path, what, binary, target, None, None), target
+            else:
+                identity = (info.st_dev, info.st_ino)
+                if identity in folder:
+                    raise UsageError(f"{flag} {shown}: that is a file of the dump folder {display_path(dump_dir)}; "
+                                     f"frtrace never writes over its input, choose another path for the {what}")
+                if stat.S_ISREG(info.st_mode):
+                    target = os.path.realpath(path)
+                    if not os.access(os.path.dirname(target), os.W_OK):
+                        raise OutputError(f"{shown}: cannot write in {display_path(os.path.dirname(target))}; "
+                                          f"choose another path for the {what}")
+                    plan = PlannedOutput(flag, path, what, binary, target, stat.S_IMODE(info.st_mode), (info.st_uid, info.st_gid))
+                elif stat.S_ISCHR(info.st_mode) or stat.S_ISFIFO(info.st_mode):
+                    plan = PlannedOutput(flag, path, what, binary, "", None, None)
+                elif stat.S_ISDIR(info.st_mode):
+                    raise OutputError(f"{shown}: is a directory; give a file name for the {what}")
+                else:
+                    raise OutputError(f"{shown}: not a regular file, a terminal or a pipe; frtrace will not replace it, "
+                                      f"choose another path for the {what}")
+        if plan.stream and path != "-":
+            # a stream named by path may be our standard output itself (/dev/stdout, /proc/self/fd/1)
+            try:
+                out = os.fstat(sys.stdout.fileno())
+                if (out.st_dev, out.st_ino) == identity and not stat.S_ISCHR(out.st_mode):
+                    identity = "<stdout>"
+            except (OSError, ValueError, AttributeError):
+                pass
+        plans.append(plan)
+        if plan.stream and path != "-" and _is_null(path):  # /dev/null takes any number of outputs
+            continue
+        other = identities.get(identity)
+        if other is not None:
+            raise UsageError(f"{other} and {flag} both name {shown}; give them different files")
+        identities[identity] = f"{flag} {shown}"
+    return plans
+
+
+def _is_null(path: str) -> bool:
+    try:
+        return os.path.samefile(path, os.devnull)
+    except OSError:
+        return False
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+class Outputs:
+    """The outputs of one run: staged into temporary files, then committed together.
+
+    Use as a context manager: leaving it without commit() (an error, Ctrl-C, SIGTERM) removes
+    every temporary file and replaces nothing. `replaced` lists what commit() has replaced so
+    far, for the message of a run stopped while committing.
     """
-    if path == "-":
-        yield sys.stdout.buffer if binary else sys.stdout
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise OutputError(f"{display_path(path)}: cannot write the {what} ({exc.strerror}); choose another path") from None
-    try:
-        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except OSError as exc:
-        raise OutputError(f"{display_path(path)}: cannot write the {what} ({exc.strerror}); choose another path") from None
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
 
+    def __init__(self, plans: list[PlannedOutput]) -> None:
+        self.plans = {plan.flag: plan for plan in plans}
+        self.staged: list[tuple[PlannedOutput, str]] = []  # (plan, temporary file)
+        self.replaced: list[str] = []
+        self._new_mode = 0o666 & ~_umask()
 
-def write_atomically(path: str, what: str, write: Callable[[IO], None], binary: bool = False) -> None:
-    with atomic_file(path, what, binary) as handle:
-        write(handle)
+    def __enter__(self) -> "Outputs":
+        return self
 
+    def __exit__(self, *exc_info) -> None:
+        self.discard()
 
-@contextmanager
-def atomic_path(path: str, what: str) -> Iterator[str]:
-    """Yield a temporary path beside `path` for a writer that wants a file name (SQLite); renamed
-    over `path` only when the block finishes without error."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    def discard(self) -> None:
+        """Remove every temporary file still there."""
+        held = _hold_signals()
+        try:
+            for _, temp in self.staged:
+                for leftover in (temp, temp + "-journal", temp + "-wal", temp + "-shm"):
+                    try:
+                        os.unlink(leftover)
+                    except OSError:  # not there (SQLite's side files mostly are not)
+                        pass
+            self.staged.clear()
+        finally:
+            _release_signals(held)
+
+    def _temp(self, plan: PlannedOutput) -> str:
+        directory = os.path.dirname(plan.target) if plan.target else None  # streams: the system's temp folder
+        held = _hold_signals()  # the name is recorded before any signal can leave the file behind
+        try:
+            fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(plan.target or 'frtrace')}.", suffix=".tmp", dir=directory)
+            self.staged.append((plan, temp))
+        except OSError as exc:
+            raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror}); "
+                              "choose another path") from None
+        finally:
+            _release_signals(held)
         os.close(fd)
-    except OSError as exc:
-        raise OutputError(f"{display_path(path)}: cannot write the {what} ({exc.strerror}); choose another path") from None
+        return temp
+
+    def stage(self, flag: str, write: Callable[[IO], None]) -> None:
+        """Write one output into its temporary file."""
+        plan = self.plans[flag]
+        temp = self._temp(plan)
+        try:
+            with open(temp, "wb" if plan.binary else "w", encoding=None if plan.binary else "utf-8") as handle:
+                write(handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror}); "
+                              "choose another path or free some space") from None
+
+    @contextmanager
+    def stage_path(self, flag: str) -> Iterator[str]:
+        """A temporary path for a writer that wants a file name (SQLite)."""
+        plan = self.plans[flag]
+        temp = self._temp(plan)
+        os.unlink(temp)  # SQLite creates it afresh
+        try:
+            yield temp
+        except OSError as exc:
+            raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror}); "
+                              "choose another path or free some space") from None
+
+    def commit(self) -> None:
+        """Replace or create every staged output, in the order they were staged; streams get a copy.
+        Signals are held off meanwhile, so a stop lands before or after, never between two."""
+        held = _hold_signals()
+        try:
+            for plan, temp in self.staged:
+                try:
+                    if plan.stream:
+                        _copy_to_stream(temp, plan)
+                        os.unlink(temp)
+                    else:
+                        _settle_mode(temp, plan, self._new_mode)
+                        os.replace(temp, plan.target)
+                except OSError as exc:
+                    raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror})"
+                                      + self.written_note()) from None
+                self.replaced.append(f"{plan.flag} {display_path(plan.path)}")
+            self.staged.clear()
+        finally:
+            _release_signals(held)
+
+    def written_note(self) -> str:
+        """'; X was written, Y was not' for a message, or '; no output file was written or changed'."""
+        pending = [f"{plan.flag} {display_path(plan.path)}" for plan in self.plans.values()
+                   if f"{plan.flag} {display_path(plan.path)}" not in self.replaced]
+        if not self.replaced:
+            return "; no output file was written or changed"
+        return f"; written: {', '.join(self.replaced)}" + (f"; not written: {', '.join(pending)}" if pending else "")
+
+
+def _settle_mode(temp: str, plan: PlannedOutput, new_mode: int) -> None:
+    """A new file gets the umask's mode; a replaced one keeps its mode and, where we may, its owner."""
+    os.chmod(temp, new_mode if plan.mode is None else plan.mode)
+    if plan.owner is not None:
+        try:
+            os.chown(temp, *plan.owner)
+        except OSError:
+            pass
+
+
+def _copy_to_stream(temp: str, plan: PlannedOutput) -> None:
+    if plan.path == "-":
+        sys.stdout.flush()
+        out = sys.stdout.buffer
+        with open(temp, "rb") as source:
+            shutil.copyfileobj(source, out)
+        out.flush()
+        return
+    # O_NONBLOCK: a FIFO nobody reads fails at once (ENXIO) instead of blocking forever
+    fd = os.open(plan.path, os.O_WRONLY | os.O_NONBLOCK)
     try:
-        yield temp
-        os.replace(temp, path)
-    except OSError as exc:
-        raise OutputError(f"{display_path(path)}: cannot write the {what} ({exc.strerror}); choose another path") from None
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+            raise OSError(0, "it is no longer a terminal, device or pipe")
+        os.set_blocking(fd, True)
+        with open(temp, "rb") as source, os.fdopen(fd, "wb", closefd=False) as sink:
+            shutil.copyfileobj(source, sink)
     finally:
-        for leftover in (temp, temp + "-journal"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        os.close(fd)
+
+
+def _hold_signals() -> set | None:
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _release_signals(previous: set | None) -> None:
+    if previous is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

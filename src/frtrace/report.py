@@ -7,6 +7,7 @@ from typing import Any, TextIO
 
 from tabulate import tabulate
 
+from . import __version__
 from .align import format_ranks
 from .groups import GroupTable
 from .types import Analysis, Dump, Finding, SkippedFile
@@ -82,9 +83,14 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
 
 
-def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...]) -> dict[str, Any]:
+JSON_SCHEMA_VERSION = 2  # 2: schema_version, frtrace_version and ignored_files added
+
+
+def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: tuple[SkippedFile, ...] = ()) -> dict[str, Any]:
     """The JSON report, in the documented schema."""
     return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "frtrace_version": __version__,
         "verdict": analysis.verdict,
         "culprit_ranks": list(analysis.culprit_ranks),
         "headline": analysis.headline,
@@ -106,6 +112,7 @@ def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...]) -> dict[st
             for f in analysis.findings
         ],
         "skipped_files": [{"path": s.path, "reason": s.reason} for s in skipped],
+        "ignored_files": [{"path": s.path, "reason": s.reason} for s in ignored],
     }
 
 

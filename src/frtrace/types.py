@@ -258,6 +258,7 @@ class LoadResult:
     skipped: tuple[SkippedFile, ...]
     ranks_named: frozenset[int]  # every rank a candidate file name pointed at, read or not
     notes: tuple[str, ...] = ()
+    ignored: tuple[SkippedFile, ...] = ()  # files that are not dumps of this job, with why
 
 
 @dataclass(frozen=True, slots=True, eq=False)

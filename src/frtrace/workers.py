@@ -1,4 +1,8 @@
-"""Worker processes for the loader: each asks for files one by one and answers on its own pipe."""
+"""Worker processes for the loader: each asks for files one by one and answers on its own pipe.
+
+Every file is parsed in a worker, never in the main process: a hostile file that crashes the
+parser (a C-level recursion) or exhausts its memory ends a worker, and costs that file only.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ _IN_FLIGHT = 2  # files given to a worker ahead of its answers: it never waits f
 def _worker(load: Callable, connection) -> None:
     """A worker process: load each job the main process sends, until it sends None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # a worker stopped by a signal just ends
+        signal.signal(signum, signal.SIG_DFL)
     try:
         while (job := connection.recv()) is not None:
             connection.send(load(job))
@@ -23,75 +29,94 @@ def _worker(load: Callable, connection) -> None:
         connection.close()
 
 
+def _context():
+    """fork where there is one: Python 3.14 made forkserver the default on Linux, which would
+    import frtrace again in every worker. 3.11's behaviour, asked for by name, without warnings."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
 def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Iterator:
     """load(job) for every job, in job order, from `workers` processes.
 
     Files are handed out as workers answer, so a worker slowed down (a big file, a busy core)
     takes fewer. No shared queue or lock: each worker has its own pipe, so stopping early
-    (Ctrl-C) is only killing the workers, which cannot leave anything locked behind.
+    (Ctrl-C) is only killing the workers, which cannot leave anything locked behind. A worker
+    that dies costs the file it was reading; the files queued behind it go to a new worker.
     """
-    import multiprocessing
     import threading
     from multiprocessing.connection import wait
 
-    context = multiprocessing.get_context()
+    context = _context()
     in_main_thread = threading.current_thread() is threading.main_thread()
-    # Ctrl-C ignored while forking, so no child can catch one before it ignores it itself.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
-    processes, pipes = [], []
-    try:
-        for _ in range(workers):
+    processes: list = []
+    given: dict = {}  # pipe -> indices of the jobs it holds, in order
+
+    def start_worker():
+        # Ctrl-C ignored while forking, so no child can catch one before it ignores it itself.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
+        try:
             mine, theirs = context.Pipe(duplex=True)
             process = context.Process(target=_worker, args=(load, theirs), daemon=True)
             process.start()
             theirs.close()
-            processes.append(process)
-            pipes.append(mine)
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGINT, previous)
+        finally:
+            if in_main_thread:
+                signal.signal(signal.SIGINT, previous)
+        processes.append(process)
+        given[mine] = deque()
+        return mine
 
-    given: dict = {pipe: deque() for pipe in pipes}  # pipe -> indices of the jobs it holds, in order
-    next_job = 0
+    queue = deque(range(len(jobs)))  # jobs not given to any worker yet
 
     def give(pipe) -> None:
-        nonlocal next_job
-        if next_job < len(jobs):
+        if queue:
+            index = queue.popleft()
             try:
-                pipe.send(jobs[next_job])
+                pipe.send(jobs[index])
             except OSError:  # the worker died: its pipe still yields what it sent, then EOF
+                queue.appendleft(index)
                 return
-            given[pipe].append(next_job)
-            next_job += 1
+            given[pipe].append(index)
 
     def lost(index: int) -> DumpError:
-        return DumpError(jobs[index][0], "the worker process reading it died; run again with --jobs 1 to see why")
+        return DumpError(jobs[index][0], "the process reading it crashed or ran out of memory; "
+                                         "the file is damaged or hostile, leave it out")
 
     try:
+        for _ in range(workers):
+            start_worker()
         for _ in range(_IN_FLIGHT):
-            for pipe in pipes:
+            for pipe in list(given):
                 give(pipe)
         done: dict[int, object] = {}
         for index in range(len(jobs)):
             while index not in done:
-                alive = [pipe for pipe in pipes if given[pipe]]
-                if not alive:  # every worker died: what is left cannot be read
-                    done.update((i, lost(i)) for i in range(next_job, len(jobs)))
-                    next_job = len(jobs)
+                busy = [pipe for pipe in given if given[pipe]]
+                if not busy:  # no worker holds a job: none could take one
+                    done.update((i, lost(i)) for i in queue)
+                    queue.clear()
                     break
-                for pipe in wait(alive):
+                for pipe in wait(busy):
                     try:
                         result = pipe.recv()
-                    except (EOFError, OSError):  # the worker died (killed, out of memory): its files count as unread
-                        done.update((i, lost(i)) for i in given[pipe])
-                        given[pipe].clear()
-                        pipes.remove(pipe)
+                    except (EOFError, OSError):  # the worker died (crashed, killed, out of memory)
+                        held = given.pop(pipe)
                         pipe.close()
+                        crashed = held.popleft()  # it answers in order: the first unanswered is the one it was reading
+                        done[crashed] = lost(crashed)
+                        queue.extendleft(reversed(held))  # never read: for the next worker
+                        if queue:
+                            replacement = start_worker()
+                            for _ in range(_IN_FLIGHT):
+                                give(replacement)
                         continue
                     done[given[pipe].popleft()] = result
                     give(pipe)
             yield done.pop(index)
-        for pipe in pipes:
+        for pipe in given:
             try:
                 pipe.send(None)
             except OSError:  # it died after its last answer: killed below in any case
@@ -102,5 +127,5 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
                 process.kill()
         for process in processes:
             process.join()
-        for pipe in pipes:
+        for pipe in given:
             pipe.close()

@@ -1,0 +1,66 @@
+"""What one dump file may cost: the caps the loader holds every file to (docs/reliability.md).
+
+A dump is data from a cluster, possibly damaged, possibly hostile. A few KB of pickle can ask
+for gigabytes (a huge memo index) or, through shared references, describe values whose text or
+hash would take forever. The loader checks values level by level against these caps before it
+hashes, marshals or prints anything, and parses each file under a memory ceiling.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+MAX_RANK = 1 << 20  # about a million ranks; larger trailing numbers are dates, pids or sizes
+MAX_DUMP_BYTES = 1 << 30  # a 2000-entry dump with stacks is a few MB
+MAX_TEXT = 4096  # characters in one name, dtype, state or frame field; longer ones are cut
+MAX_SHAPES = 1 << 16  # tensors in one entry's input or output list (all_to_all lists one per rank)
+MAX_DIMS = 64  # dimensions of one tensor
+MAX_FRAMES = 1024  # frames in one stack
+MAX_INT = (1 << 63) - 1  # numbers a dump writes are C++ int64s
+
+# Parsing a file may use this much memory beyond what the process already has: a pickle's
+# objects take about 11x its bytes (27x of address space at small sizes), so 32x plus a floor.
+_PARSE_FLOOR = 256 << 20
+_PARSE_FACTOR = 32
+
+
+def _address_space_in_use() -> int | None:
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextmanager
+def bounded_memory(file_size: int) -> Iterator[None]:
+    """Make allocations past what parsing a `file_size`-byte file can honestly need fail with
+    MemoryError instead of exhausting the machine (a 9-byte pickle can ask for 8 GB).
+
+    Lowers the soft address-space limit for the block and restores it after; any process may
+    raise its soft limit back up to the hard one. Where there is no such limit (not Linux), the
+    block runs unbounded.
+    """
+    try:
+        import resource
+    except ImportError:
+        yield
+        return
+    in_use = _address_space_in_use()
+    if in_use is None:
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    ceiling = in_use + _PARSE_FLOOR + _PARSE_FACTOR * file_size
+    if hard != resource.RLIM_INFINITY:
+        ceiling = min(ceiling, hard)
+    if soft != resource.RLIM_INFINITY and soft <= ceiling:
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (ceiling, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
