@@ -19,7 +19,7 @@ from .types import SkippedFile
 HEAD_BYTES = 64
 
 _FORMAT_SUFFIXES = {".json": "json", ".pkl": "pickle", ".pickle": "pickle"}
-_RANK_AT_END = re.compile(r"^(.*?)(\d+)$")
+_RANK_AT_END = re.compile(r"^(.*?)(\d+)$", re.DOTALL)
 _MAX_RANK_DIGITS = len(str(MAX_RANK))
 _BOM = b"\xef\xbb\xbf"
 # A pickle starts with PROTO (protocol 2 and later), or, in protocols 0 and 1, with the opening

@@ -69,7 +69,12 @@ def resolve_groups(
             group = groups.setdefault((config.name, ranks), Group(config.name, config.desc, ranks))
             by_rank[(rank, config.name)] = group
 
-    # 2. names used in entries that the rank's config does not describe
+    # 2. names used in entries that the rank's config does not describe: a group the other ranks'
+    # configs name and list this rank in (its own pg_config is missing, empty or broken), else inferred
+    configured: dict[str, list[Group]] = defaultdict(list)
+    for group in groups.values():
+        configured[group.name].append(group)
+    borrowed: set[int] = set()
     users: dict[str, set[int]] = defaultdict(set)
     descs: dict[str, str] = {}
     for rank, dump in dumps.items():
@@ -78,10 +83,19 @@ def resolve_groups(
             if kind.pg_name in seen:
                 continue
             seen.add(kind.pg_name)
-            if (rank, kind.pg_name) not in by_rank:
+            if (rank, kind.pg_name) in by_rank:
+                continue
+            listing = [g for g in configured.get(kind.pg_name, ()) if rank in g.ranks]
+            if len(listing) == 1:
+                by_rank[(rank, kind.pg_name)] = listing[0]
+                borrowed.add(rank)
+            else:
                 users[kind.pg_name].add(rank)
                 if descs.get(kind.pg_name, "undefined") == "undefined":
                     descs[kind.pg_name] = kind.pg_desc
+    if borrowed:
+        warnings.append(f"rank(s) {', '.join(map(str, sorted(borrowed)))}: pg_config missing, empty or without some "
+                        "groups; membership taken from the other ranks' configs, which list them")
 
     hints = _size_hints(dumps)
     highest = max([*dumps, *ranks_named, *(r for g in groups.values() for r in g.ranks)], default=-1)
