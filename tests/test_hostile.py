@@ -113,8 +113,11 @@ def test_a_fifo_output_is_written_through_not_replaced(tmp_path):
     assert json.loads(received[0])["culprit_ranks"] == [2]
 
 
-def test_json_to_dev_stdout_goes_to_standard_output():
-    result = run_frtrace("-d", str(SKIP), "--json", "/dev/stdout")
+def test_json_to_dev_stdout_goes_to_standard_output(tmp_path):
+    stdout = tmp_path / "stdout"
+    os.symlink("/proc/self/fd/1", stdout)  # what /dev/stdout is; code that replaced it damages only this link
+    result = run_frtrace("-d", str(SKIP), "--json", str(stdout))
+    assert stdout.is_symlink()
     assert result.returncode == 1
     assert b'"culprit_ranks": [\n    2\n  ]' in result.stdout and b"DESYNC" in result.stdout
 
@@ -341,9 +344,13 @@ def test_a_multi_gigabyte_file_is_never_read_whole(tmp_path):
 def test_a_full_disk_is_one_line_and_changes_nothing(tmp_path, capsys):
     kept = tmp_path / "db.pkl"
     kept.write_bytes(b"old")
-    assert main(["-d", str(SKIP), "-o", str(kept), "--json", "/dev/full"]) == 2
+    full = tmp_path / "full"
+    os.symlink("/dev/full", full)  # a device that is always full; never name /dev/full itself in a test
+    assert main(["-d", str(SKIP), "-o", str(kept), "--json", str(full)]) == 2
     err = capsys.readouterr().err
-    assert "/dev/full: cannot write the JSON report (No space left on device)" in err and len(err.strip().splitlines()) == 1
+    assert err.strip().endswith("full: cannot write the JSON report (No space left on device); no output file was written or changed")
+    assert len(err.strip().splitlines()) == 1
+    assert kept.read_bytes() == b"old" and full.is_symlink()
 
 
 def test_a_full_standard_output_is_one_line_not_a_traceback():

@@ -219,11 +219,14 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             if options.json_path:
                 payload = report_dict(analysis, loaded.skipped, loaded.ignored)
                 outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
-            outputs.commit()
+        except OutputError as exc:  # while staging: nothing was replaced yet
+            raise OutputError(f"{exc}{outputs.written_note()}") from None
         except KeyboardInterrupt as exc:
             raise Interrupted(outputs.written_note()) from exc
-        except OutputError as exc:
-            raise OutputError(f"{exc}{outputs.written_note() if not outputs.replaced else ''}") from None
+        try:
+            outputs.commit()  # an OutputError from here says what was and was not written
+        except KeyboardInterrupt as exc:  # held off during the commit: lands when it is over
+            raise Interrupted(outputs.written_note()) from exc
     try:
         if options.json_path != "-":
             render_text(analysis, loaded.dumps, loaded.skipped, out, mismatch_cap=options.mismatch_cap,

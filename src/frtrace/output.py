@@ -211,11 +211,12 @@ class Outputs:
                               "choose another path or free some space") from None
 
     def commit(self) -> None:
-        """Replace or create every staged output, in the order they were staged; streams get a copy.
-        Signals are held off meanwhile, so a stop lands before or after, never between two."""
+        """Copy each staged stream out, then rename each staged file over its target. Streams go
+        first: they cannot be taken back, and they are what fails at this point (a full device, a
+        pipe nobody reads). Signals are held off meanwhile, so a stop lands before or after."""
         held = _hold_signals()
         try:
-            for plan, temp in self.staged:
+            for plan, temp in sorted(self.staged, key=lambda staged: not staged[0].stream):
                 try:
                     if plan.stream:
                         _copy_to_stream(temp, plan)
