@@ -115,7 +115,7 @@ def test_a_unit_track_with_a_gap_is_not_taken_for_an_issuer(tmp_path, monkeypatc
     _assert_same_both_ways(write_dumps(tmp_path, dumps), monkeypatch)
     _, db = _analysis_and_db(tmp_path)
     row = next(c for c in db.collectives if c.collective_seq_id == 3)
-    assert row.collective_name == "all_reduce" and row.record_id == 2  # rank 1's third record
+    assert row.collective_name == "gloo:all_reduce" and row.record_id == 2  # rank 1's third record
 
 
 @pytest.mark.parametrize("stacks", [3, 200, 300], ids=["one-byte", "two-byte", "past-255-tracebacks"])

@@ -507,11 +507,12 @@ def test_head_of_the_report_exits_with_the_verdict():
     (["-j", "-o", "x.db"], "-j prints the entries and runs no analysis, so -o would write nothing"),
     (["-j", "--json", "-"], "so --json would write nothing"),
     (["-j", "--sqlite", "x", "--chrome-trace", "y", "--stats"], "so --sqlite, --chrome-trace, --stats would"),
+    (["-j", "--print-stack-trace"], "so --print-stack-trace would write nothing"),
     (["--json", "-", "--stats"], "--json - puts only JSON on standard output"),
     (["--mismatch-cap", "-1"], "--mismatch-cap must be 0 (all findings) or more"),
     (["-j", "--selected-ranks", "9"], "--selected-ranks 9: no such rank among the dumps (ranks 0-3)"),
     (["-j", "--pg-filters", "nope"], "--pg-filters nope: no group has that name or desc"),
-], ids=["j-o", "j-json", "j-others", "json-stats", "cap", "ranks", "pgs"])
+], ids=["j-o", "j-json", "j-others", "j-stacks", "json-stats", "cap", "ranks", "pgs"])
 def test_options_that_would_be_silently_ignored_are_usage_errors(argv, message, capsys):
     assert main(["-d", str(SKIP), *argv]) == 2
     err = capsys.readouterr().err

@@ -51,17 +51,19 @@ def test_database_loads_with_plain_pickle(scenario, tmp_path):
     with open(db_path, "rb") as handle:
         types, db = pickle.load(handle)
 
-    assert [name for name, _ in types][:6] == ["Database", "NCCLCall", "DbCollective", "Traceback", "Membership", "DbGroup"]
+    assert [t.name for t in types][:6] == ["Database", "NCCLCall", "Collective", "Traceback", "Membership", "Group"]
+    assert [f for f, _ in types[2].fields][:3] == ["id", "group_id", "pass_check"]
     assert set(db._fields) == {"groups", "memberships", "tracebacks", "collectives", "ncclcalls", "findings"}
     expected = json.loads((scenario / "expected.json").read_text())
     assert {r for f in db.findings if f.root_cause for r in f.ranks} >= set(expected["culprit_ranks"]) or expected["verdict"] == "stuck"
-    # one call per entry; each collective call points at a collective of its own group, p2p calls at -1
+    # one call per entry; each collective call points at a collective of its own group, p2p calls at None
     by_id = {c.id: c for c in db.collectives}
     calls = list(db.ncclcalls)
     loaded = load_dumps(find_dump_files(str(scenario)))
     assert len(calls) == sum(len(d.entries) for d in loaded.dumps.values())
-    assert all(by_id[c.collective_id].group_id == c.group_id for c in calls if c.collective_id >= 0)
-    assert all(c.collective_type.startswith(("send", "recv")) or c.collective_type in ("coalesced",) for c in calls if c.collective_id < 0)
+    assert all(by_id[c.collective_id].group_id == c.group_id for c in calls if c.collective_id is not None)
+    assert all(c.collective_type.partition(":")[2].startswith(("send", "recv")) or c.collective_type.endswith(":coalesced")
+               for c in calls if c.collective_id is None)
     assert {m.group_id for m in db.memberships} == {g.id for g in db.groups}
 
 

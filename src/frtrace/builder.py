@@ -1,8 +1,7 @@
 """The flattened database: findings and aligned collectives as flat tables.
 
-Pickled as (types, db) like torchfrtrace's output, with the same table and field names so that
-scripts written for it keep working, plus a `findings` table. Each table is a sequence of
-NamedTuple rows from frtrace.types, stored by column, so loading the pickle needs frtrace.
+Pickled as (types, db) like torchfrtrace's output, in its layout (frtrace.database) so that
+scripts written for it keep working, plus a `findings` table.
 """
 
 from __future__ import annotations
@@ -16,24 +15,24 @@ from operator import add
 from typing import IO
 
 from .collectives_table import CollectiveColumns
-from .groups import GroupTable
-from .types import (
-    Analysis,
+from .database import (
     CodedColumn,
+    Collective,
     Database,
-    DbCollective,
-    DbFinding,
-    DbGroup,
-    Dump,
-    Group,
+    Finding,
     Membership,
     NCCLCall,
+    OptionalIds,
     Table,
     Traceback,
-    recode,
+    db_types,
+    group_guid,
+    pg_desc,
+    profiling_name,
 )
-
-DB_TYPES = [Database, NCCLCall, DbCollective, Traceback, Membership, DbGroup, DbFinding]
+from .database import Group as GroupRow
+from .groups import GroupTable
+from .types import Analysis, Dump, Group, recode
 
 
 def frames_text(stack) -> str:
@@ -73,8 +72,9 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     """Flatten an Analysis (and the dumps' entries and stacks) into the database's tables."""
     ids = group_ids(analysis.groups)
     shared = _Shared()
-    groups = Table.from_rows(DbGroup, (DbGroup(ids[g.key], g.desc, len(g.ranks)) for g in analysis.groups))
-    memberships = Table.from_rows(Membership, (Membership(ids[g.key], r) for g in analysis.groups for r in g.ranks))
+    guids = {g.key: group_guid(g.name, g.ranks) for g in analysis.groups}
+    groups = Table.from_rows(GroupRow, (GroupRow(guids[g.key], g.desc, len(g.ranks), ids[g.key]) for g in analysis.groups))
+    memberships = Table.from_rows(Membership, (Membership(guids[g.key], r) for g in analysis.groups for r in g.ranks))
 
     traceback_rows: list[Traceback] = []
     traceback_of: dict[int, tuple[int, ...]] = {}  # rank -> traceback id per stack id
@@ -91,7 +91,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
 
     built = CollectiveColumns(dumps, {g: ids[g.key] for g in analysis.groups}, shared)
     built.add(list(analysis.checks))
-    collectives = Table(DbCollective, built.columns)
+    collectives = Table(Collective, built.columns)
     collective_of, spans, offsets = built.collective_of, built.spans, built.offsets()
 
     # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
@@ -107,7 +107,8 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         call_of_kind, collective_group_of_kind = [], []
         for kind in entries.kinds:
             group_id = group_id_of.get((rank, kind.pg_name), kind.pg_name)
-            call_of_kind.append(call_codes.setdefault((group_id, kind.op, kind.input_sizes), len(call_codes)))
+            call_of_kind.append(call_codes.setdefault((group_id, profiling_name(kind.backend, kind.op), kind.input_sizes),
+                                                      len(call_codes)))
             collective_group_of_kind.append(None if kind.is_p2p else group_id)  # p2p entries find no collective: -1
         offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
         if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset
@@ -126,7 +127,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     calls = list(call_codes)  # group, op and sizes share one code column: they follow from the kind
     ncclcalls = Table(NCCLCall, [
         range(len(collective_ids)),
-        collective_ids,
+        OptionalIds(collective_ids),
         CodedColumn(call_column.codes, [group_id for group_id, _, _ in calls]),
         ranks,
         CodedColumn(traceback_column.codes, [-1, *range(len(traceback_rows))]),
@@ -134,8 +135,8 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         CodedColumn(call_column.codes, [shared.shape_list(shapes) for _, _, shapes in calls]),
     ])
 
-    findings = Table.from_rows(DbFinding, (
-        DbFinding(i, f.kind, ids[f.group.key], f.group.desc, f.collective_seq_id, f.p2p_seq_id, f.op,
+    findings = Table.from_rows(Finding, (
+        Finding(i, f.kind, ids[f.group.key], pg_desc(f.group.name, f.group.desc), f.collective_seq_id, f.p2p_seq_id, f.op,
                   list(f.ranks), list(f.expected_ranks), f.detail, f.root_cause)
         for i, f in enumerate(analysis.findings)
     ))
@@ -175,5 +176,4 @@ def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, span
 
 def write_database(db: Database, handle: IO[bytes]) -> None:
     """Pickle (types, db) into an open binary file."""
-    types = [(t.__name__, list(t._fields)) for t in DB_TYPES]
-    pickle.dump((types, db), handle, protocol=pickle.HIGHEST_PROTOCOL)
+    pickle.dump((db_types(), db), handle, protocol=pickle.HIGHEST_PROTOCOL)

@@ -79,11 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with -j: only these ranks' columns")
     parser.add_argument("--pg-filters", "--pg_filters", dest="pg_filters", nargs="+", metavar="NAME",
                         help="with -j: only groups with this name or desc")
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every note, not only the first five")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every note, not only the first five (torchfrtrace's -v logs its matching steps instead)")
     parser.add_argument("--print-stack-trace", "--print_stack_trace", dest="print_stack_trace", action="store_true",
-                        help="print the stack of every offending rank's op, not only the culprits'")
+                        help="print the stack of every offending rank's op, not only the culprits' (after the analysis: "
+                             "unlike torchfrtrace's, not with -j)")
     parser.add_argument("--mismatch-cap", "--mismatch_cap", dest="mismatch_cap", type=int, default=10, metavar="N",
-                        help="print at most N findings (default 10; 0 for all)")
+                        help="print at most N findings (default 10; 0 for all); torchfrtrace caps mismatches per group instead")
     parser.add_argument("--allow-incomplete-ranks", "--allow_incomplete_ranks", dest="allow_incomplete_ranks", action="store_true",
                         help="accepted for torchfrtrace compatibility: missing ranks never stop frtrace")
     parser.add_argument("--transform-ft", "--transform_ft", dest="transform_ft", action="store_true",
@@ -117,7 +118,8 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         raise UsageError("--selected-ranks and --pg-filters choose what -j/--just-print-entries prints; add -j")
     if args.just_print_entries:
         ignored = [flag for flag, value in (("-o", args.output), ("--json", args.json_path), ("--sqlite", args.sqlite),
-                                            ("--chrome-trace", args.chrome_trace), ("--stats", args.stats)) if value]
+                                            ("--chrome-trace", args.chrome_trace), ("--stats", args.stats),
+                                            ("--print-stack-trace", args.print_stack_trace)) if value]
         if ignored:
             raise UsageError(f"-j prints the entries and runs no analysis, so {', '.join(ignored)} would write nothing; "
                              "run them without -j")

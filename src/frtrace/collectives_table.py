@@ -13,7 +13,8 @@ from itertools import repeat
 from operator import not_
 
 from . import rules
-from .types import CollectiveCheck, DbCollective, Dump, Group
+from .database import MATCH_STATE_OF_FINDING, Collective, MatchInfo, MatchState, pg_desc, profiling_name
+from .types import CollectiveCheck, Dump, Group
 
 
 class CollectiveColumns:
@@ -24,7 +25,7 @@ class CollectiveColumns:
         self.dumps = dumps
         self.ids = ids
         self.shared = shared  # one list object per distinct shape list and stack
-        self.columns: list[list] = [[] for _ in DbCollective._fields]
+        self.columns: list[list] = [[] for _ in Collective._fields]
         self.collective_of: dict[tuple[str, int], int] = {}  # (group id, seq) -> collective id
         self.spans: dict[Group, list] = {}  # group -> [first collective id, first seq, last seq, view]
         self._expected: dict[Group, frozenset] = {}
@@ -92,7 +93,7 @@ class CollectiveColumns:
             stacks = list(map(entries.stack_id.__getitem__, positions))
             frames_of = {s: self.shared.frame_list(self.dumps[rank], s) for s in set(stacks)}
             frames.extend(map(frames_of.__getitem__, stacks))
-        descs.extend(repeat(group.desc, n))
+        descs.extend(repeat(pg_desc(group.name, group.desc), n))
         ref, codes = view.reference, view.codes
         at = slice(first - ref.first_seq, last - ref.first_seq + 1)
         run_kinds = ref.kinds[at]
@@ -106,14 +107,14 @@ class CollectiveColumns:
         for seq in others[bisect_left(others, first):bisect_right(others, last)]:
             run_states[seq - first] = "mixed"  # some issuer is in another state than the reference's
         states.extend(run_states)
-        missing_ranks.extend(map(frozenset, missing))
+        missing_ranks.extend(frozenset(m) if m else None for m in missing)
         mismatched.extend(repeat(None, n))
         mismatch.extend(repeat(None, n))
 
     def _display(self, codes) -> list[list]:
         """Per global kind code, what its rows show: name, sizes (shared lists), numels; by column."""
         if self._by_code is None:
-            shown = [self._shown_of(k.op, k.input_sizes, k.output_sizes) for k in codes.kinds]
+            shown = [self._shown_of(profiling_name(k.backend, k.op), k.input_sizes, k.output_sizes) for k in codes.kinds]
             self._by_code = [list(column) for column in zip(*shown)] if shown else [[] for _ in range(5)]
         return self._by_code
 
@@ -123,28 +124,49 @@ class CollectiveColumns:
             return
         if check.mismatch is None:  # every issuer agreed: any of them is the reference
             reference_rank = next(iter(entries))
-            mismatched = None
+            differing = ()
         else:
             signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes) for e in unit)
                             for r, unit in entries.items()}
             reference = Counter(signature_of.values()).most_common(1)[0][0]
             reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
-            mismatched = {r: "+".join(e.op for e in entries[r]) for r, sig in signature_of.items() if sig != reference}
+            differing = [r for r, sig in signature_of.items() if sig != reference]
         unit = entries[reference_rank]
         states = {u[-1].state for u in entries.values()}
         head = unit[0]
-        shown = self._shown_of(head.op if len(unit) == 1 else unit[-1].op, head.input_sizes, head.output_sizes)
+        shown = self._shown_of(self._name(unit), head.input_sizes, head.output_sizes)
         seq = check.collective_seq_id
         group_id, expected, collective_id = self._group(check.group, seq, seq, check.source, 1)
+        desc = pg_desc(check.group.name, check.group.desc)
+        match = None if check.mismatch is None else MatchInfo(MATCH_STATE_OF_FINDING.get(check.mismatch, MatchState.UNDECIDED),
+                                                               check.mismatch)
+        mismatched = {r: self._row(collective_id, group_id, desc, expected, entries[r], match, r) for r in differing}
         row = (
             collective_id, group_id, check.mismatch is None and not check.missing_ranks, seq,
-            head.p2p_seq_id, head.record_id if head.record_id is not None else -1, check.group.desc, shown[0],
+            head.p2p_seq_id, head.record_id if head.record_id is not None else -1, desc, shown[0],
             shown[1], shown[2], expected, states.pop() if len(states) == 1 else "mixed",
             self.shared.frame_list(self.dumps[reference_rank], head.stack_id), shown[3], shown[4],
-            frozenset(check.missing_ranks), mismatched or None, check.mismatch,
+            frozenset(check.missing_ranks) or None, mismatched or None, match,
         )
         for column, value in zip(self.columns, row):
             column.append(value)
+
+    @staticmethod
+    def _name(unit) -> str:
+        entry = unit[0] if len(unit) == 1 else unit[-1]  # a coalesced group: its terminator's name
+        return profiling_name(entry.backend, entry.op)
+
+    def _row(self, collective_id: int, group_id: str, desc: str, expected: frozenset, unit, match, rank: int) -> Collective:
+        """One rank's differing collective, as torchfrtrace's mismatch_collectives holds it."""
+        head = unit[0]
+        return Collective(
+            collective_id, group_id, False, head.collective_seq_id, head.p2p_seq_id,
+            head.record_id if head.record_id is not None else -1, desc, self._name(unit),
+            self.shared.shape_list(head.input_sizes), self.shared.shape_list(head.output_sizes), expected, unit[-1].state,
+            self.shared.frame_list(self.dumps[rank], head.stack_id),
+            type_of_mismatch=None if match is None else MatchInfo(match.state, f"rank {rank} issued {self._name(unit)} "
+                                                                               f"{list(map(list, head.input_sizes))}"),
+        )
 
     def offsets(self) -> dict[Group, int]:
         """Per group whose collectives are seq ids first..last without a gap: id - seq."""

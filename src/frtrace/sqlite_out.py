@@ -8,10 +8,11 @@ import sqlite3
 
 from .builder import frames_text, group_ids
 from .groups import GroupTable
-from .types import Database, Dump
+from .database import Database
+from .types import Dump
 
 SCHEMA = """
-CREATE TABLE groups (id TEXT PRIMARY KEY, desc TEXT, size INTEGER);
+CREATE TABLE groups (id TEXT PRIMARY KEY, desc TEXT, size INTEGER, name TEXT);
 CREATE TABLE memberships (group_id TEXT, global_rank INTEGER);
 CREATE TABLE tracebacks (id INTEGER PRIMARY KEY, frames TEXT);
 CREATE TABLE collectives (id INTEGER PRIMARY KEY, group_id TEXT, pass_check INTEGER, collective_seq_id INTEGER,
@@ -67,18 +68,20 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
     connection = sqlite3.connect(path)
     try:
         connection.executescript(SCHEMA)
-        connection.executemany("INSERT INTO groups VALUES (?, ?, ?)", db.groups)
+        connection.executemany("INSERT INTO groups VALUES (?, ?, ?, ?)", db.groups)
         connection.executemany("INSERT INTO memberships VALUES (?, ?)", db.memberships)
         connection.executemany("INSERT INTO tracebacks VALUES (?, ?)", db.tracebacks)
         connection.executemany(
             "INSERT INTO collectives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((c.id, c.group_id, int(c.pass_check), c.collective_seq_id, c.p2p_seq_id, c.record_id, c.pg_desc,
               c.collective_name, shared(c.input_sizes), shared(c.output_sizes), shared(c.expected_ranks), c.collective_state,
-              c.input_numel, c.output_numel, _json(c.missing_ranks), _json(c.mismatch_collectives), c.type_of_mismatch)
+              c.input_numel, c.output_numel, _json(c.missing_ranks),
+              _json({r: m.collective_name for r, m in c.mismatch_collectives.items()}) if c.mismatch_collectives else None,
+              c.type_of_mismatch.culprit if c.type_of_mismatch else None)
              for c in db.collectives))
         connection.executemany(
             "INSERT INTO ncclcalls VALUES (?, ?, ?, ?, ?, ?, ?)",
-            ((c.id, c.collective_id if c.collective_id >= 0 else None, c.group_id, c.global_rank,
+            ((c.id, c.collective_id, c.group_id, c.global_rank,
               c.traceback_id if c.traceback_id >= 0 else None, c.collective_type, shared(c.sizes)) for c in db.ncclcalls))
         connection.executemany(
             "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

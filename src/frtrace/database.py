@@ -1,0 +1,260 @@
+"""The flat database's records, laid out as torchfrtrace's so scripts written for it keep working.
+
+The same table names, row type names (Group, Membership, Traceback, Collective, NCCLCall), field
+names and value formats: `collective_name` and `collective_type` keep the backend prefix
+("nccl:all_reduce"), `pg_desc` reads "3:tp", a group's id is its name followed by the hash of its
+rank set, `types` lists TypeInfo(name, [(field, type)]), a mismatched rank's collective carries a
+MatchInfo. frtrace adds the `findings` table and fields after torchfrtrace's. Each table is a
+read-only sequence of rows stored by column, so loading the pickle needs frtrace (as loading
+torchfrtrace's needs torch).
+"""
+
+from __future__ import annotations
+
+import typing
+from array import array
+from collections.abc import Iterable, Sequence
+from enum import Enum, auto
+from typing import NamedTuple
+
+
+class TypeInfo(NamedTuple):
+    """A row type as the pickled database's `types` list describes it."""
+
+    name: str
+    fields: list[tuple[str, type]]
+
+    @classmethod
+    def from_type(cls, row_type: type) -> "TypeInfo":
+        hints = typing.get_type_hints(row_type)
+        return cls(row_type.__name__, [(f, hints[f]) for f in row_type._fields])
+
+
+class MatchState(Enum):
+    """How a rank's collective differs from the group's (torchfrtrace's names)."""
+
+    FULLY_MATCHED = auto()
+    COLLECTIVE_TYPE_MISMATCH = auto()
+    SIZE_OR_SYNTAX_MISMATCH = auto()
+    COLLECTIVE_STATE_MISMATCH = auto()
+    COLLECTIVE_DTYPE_MISMATCH = auto()
+    UNDECIDED = auto()
+
+
+class MatchInfo:
+    """A mismatch's state and, as text, what the rank did instead."""
+
+    def __init__(self, state: MatchState, culprit: str | None = None) -> None:
+        self._state = state
+        self.culprit = culprit
+
+    @property
+    def state(self) -> MatchState:
+        return self._state
+
+    def __str__(self) -> str:
+        details = f", {self.culprit}" if self.culprit else ""
+        return f"Error type: {self._state.name}{details}"
+
+    def __repr__(self) -> str:
+        return f"MatchInfo({self._state.name}, {self.culprit!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MatchInfo) and (self._state, self.culprit) == (other._state, other.culprit)
+
+    def __hash__(self) -> int:
+        return hash((self._state, self.culprit))
+
+
+MATCH_STATE_OF_FINDING = {
+    "type_mismatch": MatchState.COLLECTIVE_TYPE_MISMATCH,
+    "size_mismatch": MatchState.SIZE_OR_SYNTAX_MISMATCH,
+    "dtype_mismatch": MatchState.COLLECTIVE_DTYPE_MISMATCH,
+    "not_completed": MatchState.COLLECTIVE_STATE_MISMATCH,
+}
+
+
+class Group(NamedTuple):
+    id: str  # the group's name followed by hash(frozenset(ranks)), as torchfrtrace writes it
+    desc: str
+    size: int
+    name: str = ""  # frtrace: the group's name, which collectives' and ncclcalls' group_id hold
+
+
+class Membership(NamedTuple):
+    group_id: str
+    global_rank: int
+
+
+class Traceback(NamedTuple):
+    id: int
+    frames: str
+
+
+class Collective(NamedTuple):
+    id: int
+    group_id: str
+    pass_check: bool
+    collective_seq_id: int
+    p2p_seq_id: int
+    record_id: int
+    pg_desc: str
+    collective_name: str
+    input_sizes: list[list[int]]
+    output_sizes: list[list[int]]
+    expected_ranks: frozenset[int]
+    collective_state: str
+    collective_frames: list[dict[str, str]]
+    input_numel: int | None = None
+    output_numel: int | None = None
+    missing_ranks: frozenset[int] | None = None
+    mismatch_collectives: dict[int, "Collective"] | None = None
+    type_of_mismatch: MatchInfo | None = None
+
+
+class NCCLCall(NamedTuple):
+    id: int
+    collective_id: int | None  # None where the call matched no collective (p2p, unaligned)
+    group_id: str
+    global_rank: int
+    traceback_id: int  # -1 where the dump had no stack (torchfrtrace writes 0 for every call)
+    collective_type: str
+    sizes: list[list[int]]
+
+
+class Finding(NamedTuple):
+    """frtrace's own table: what the analysis found, root causes marked."""
+
+    id: int
+    kind: str
+    group_id: str
+    pg_desc: str
+    collective_seq_id: int | None
+    p2p_seq_id: int | None
+    op: str
+    ranks: list[int]
+    expected_ranks: list[int]
+    detail: str
+    root_cause: bool
+
+
+def group_guid(name: str, ranks: Iterable[int]) -> str:
+    """A group's id in the groups table: torchfrtrace's name + str(hash(frozenset(ranks)))."""
+    return name + str(hash(frozenset(ranks)))
+
+
+def pg_desc(name: str, desc: str) -> str:
+    """torchfrtrace's pg_desc: "3:tp", or the bare name where the desc is "undefined"."""
+    return f"{name}:{desc}" if desc != "undefined" else name
+
+
+def profiling_name(backend: str, op: str) -> str:
+    return f"{backend}:{op}" if backend else op
+
+
+class OptionalIds(Sequence):
+    """Ints in an array with -1 read as None: the collective ids of a million calls in 8 bytes each."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: array) -> None:
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [None if v < 0 else v for v in self.values[index]]
+        value = self.values[index]
+        return None if value < 0 else value
+
+    def __iter__(self):
+        return (None if v < 0 else v for v in self.values)
+
+    def __reduce__(self):
+        return (OptionalIds, (self.values,))
+
+
+class CodedColumn(Sequence):
+    """A column of few distinct values stored as small integer codes: 2 to 4 bytes a row."""
+
+    __slots__ = ("codes", "values")
+
+    def __init__(self, codes: Sequence[int], values: list) -> None:
+        self.codes = codes
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self.values[c] for c in self.codes[index]]
+        return self.values[self.codes[index]]
+
+    def __iter__(self):
+        return map(self.values.__getitem__, self.codes)
+
+    def __reduce__(self):
+        return (CodedColumn, (self.codes, self.values))
+
+
+class Table(Sequence):
+    """One database table: a read-only sequence of `row_type` NamedTuples, stored by column.
+
+    Millions of rows cost a few lists, not millions of objects; a row is built when it is read.
+    """
+
+    __slots__ = ("row_type", "columns")
+
+    def __init__(self, row_type: type, columns: Iterable[Sequence]) -> None:
+        self.row_type = row_type
+        self.columns = tuple(columns)
+        if len(self.columns) != len(row_type._fields):
+            raise ValueError(f"{row_type.__name__} has {len(row_type._fields)} fields, got {len(self.columns)} columns")
+
+    @classmethod
+    def from_rows(cls, row_type: type, rows: Iterable[tuple]) -> "Table":
+        columns = [list(c) for c in zip(*rows)]
+        return cls(row_type, columns or [[] for _ in row_type._fields])
+
+    def column(self, name: str) -> Sequence:
+        return self.columns[self.row_type._fields.index(name)]
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.row_type._make(column[index] for column in self.columns)
+
+    def __iter__(self):
+        return map(self.row_type, *self.columns)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Table) and self.row_type is other.row_type and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"<Table of {len(self)} {self.row_type.__name__} rows>"
+
+    def __reduce__(self):
+        return (Table, (self.row_type, self.columns))
+
+
+class Database(NamedTuple):
+    groups: Table
+    memberships: Table
+    tracebacks: Table
+    collectives: Table
+    ncclcalls: Table
+    findings: Table
+
+
+ROW_TYPES = [Database, NCCLCall, Collective, Traceback, Membership, Group, Finding]
+
+
+def db_types() -> list[TypeInfo]:
+    """The `types` list pickled beside the database, in torchfrtrace's order, then findings."""
+    return [TypeInfo.from_type(t) for t in ROW_TYPES]
