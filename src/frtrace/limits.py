@@ -22,7 +22,7 @@ MAX_INT = (1 << 63) - 1  # numbers a dump writes are C++ int64s
 
 # Parsing a file may use this much memory beyond what the process already has: a pickle's
 # objects take about 11x its bytes (27x of address space at small sizes), so 32x plus a floor.
-_PARSE_FLOOR = 256 << 20
+_PARSE_FLOOR = 64 << 20
 _PARSE_FACTOR = 32
 
 
