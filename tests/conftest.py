@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def generated_job(directory: Path, ranks: int, entries: int = 2000) -> Path:
+    """A large synthetic job written by benchmarks/generate.py: big enough to interrupt mid-run."""
+    generator = FIXTURES.parent / "benchmarks" / "generate.py"
+    subprocess.run([sys.executable, str(generator), str(directory), "--ranks", str(ranks), "--entries", str(entries)],
+                   check=True, capture_output=True, timeout=120)
+    return directory
 
 
 def scenario_dirs() -> list[Path]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, entry, make_dump, ops, write_dumps
+from conftest import FIXTURES, generated_job, entry, make_dump, ops, write_dumps
 from frtrace import cli
 from frtrace.cli import main
 
@@ -201,10 +201,7 @@ def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path):
     import signal
     import time
 
-    data = tmp_path / "dumps"
-    generator = Path(__file__).resolve().parent.parent / "benchmarks" / "generate.py"
-    subprocess.run([sys.executable, str(generator), str(data), "--ranks", "128", "--entries", "2000"],
-                   check=True, capture_output=True, timeout=120)
+    data = generated_job(tmp_path / "dumps", ranks=128)
     out = tmp_path / "out"
     out.mkdir()
     process = subprocess.Popen([sys.executable, "-m", "frtrace", "-d", str(data), "-o", str(out / "db.pkl"),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, entry, make_dump, ops, write_dumps
+from conftest import FIXTURES, generated_job, entry, make_dump, ops, write_dumps
 from frtrace import cli
 from frtrace.cli import main
 
@@ -417,10 +417,7 @@ def test_a_file_name_with_a_newline_makes_a_one_line_message(tmp_path, capsys):
 # ---------------------------------------------------------------------------- signals and several outputs
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_leave_no_temporary_file(tmp_path, signum):
-    data = tmp_path / "dumps"
-    generator = Path(__file__).resolve().parent.parent / "benchmarks" / "generate.py"
-    subprocess.run([sys.executable, str(generator), str(data), "--ranks", "64", "--entries", "2000"],
-                   check=True, capture_output=True, timeout=120)
+    data = generated_job(tmp_path / "dumps", ranks=64)
     out = tmp_path / "out"
     out.mkdir()
     process = subprocess.Popen([sys.executable, "-m", "frtrace", "-d", str(data), "-o", str(out / "db.pkl"),

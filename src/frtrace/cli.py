@@ -28,7 +28,7 @@ from .sqlite_out import write_sqlite
 from .stats import compute_stats, render_stats
 from .timeline import write_chrome_trace
 
-EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +202,8 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
     table = resolve_groups(loaded.dumps, loaded.ranks_named, options.ft_group_world_size)
     if options.just_print_entries:
         _check_selection(options, loaded.dumps, table)
-        render_entries(loaded.dumps, table, out, selected_ranks=options.selected_ranks, pg_filters=options.pg_filters)
+        _printed(out, lambda: render_entries(loaded.dumps, table, out, selected_ranks=options.selected_ranks,
+                                             pg_filters=options.pg_filters))
         return EXIT_CLEAN
 
     analysis = analyze(loaded.dumps, table, notes=loaded.notes)
@@ -229,15 +230,13 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             outputs.commit()  # an OutputError from here says what was and was not written
         except KeyboardInterrupt as exc:  # held off during the commit: lands when it is over
             raise Interrupted(outputs.written_note()) from exc
-    try:
-        if options.json_path != "-":
+    if options.json_path != "-":
+        def report() -> None:
             render_text(analysis, loaded.dumps, loaded.skipped, out, mismatch_cap=options.mismatch_cap,
                         print_stack_trace=options.print_stack_trace, verbose=options.verbose)
             if options.stats:
                 render_stats(compute_stats(analysis, loaded.dumps), out)
-        out.flush()
-    except BrokenPipeError:
-        _silence_stdout()  # the reader went away (| head): the verdict still decides the status
+        _printed(out, report)
     if options.strict and loaded.skipped:
         print(f"frtrace: --strict: {len(loaded.skipped)} file(s) skipped; failing", file=err)
         return EXIT_ERROR
@@ -262,6 +261,21 @@ class TerminalSafe:
         self.stream.flush()
 
 
+def _printed(out: TextIO, render) -> None:
+    """Run `render` into standard output and flush it. A reader that went away (`| head`) ends the
+    printing quietly, and the verdict still decides the status; a full or failing stdout is an
+    OutputError."""
+    try:
+        render()
+        out.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    except OSError as exc:
+        _silence_stdout()
+        raise OutputError(f"cannot write the report to standard output ({exc.strerror or exc}); "
+                          "nothing more was printed") from None
+
+
 class Interrupted(Exception):
     """Ctrl-C, SIGTERM or SIGHUP, with what had been written by then."""
 
@@ -273,7 +287,7 @@ def _on_signal(signum, frame):
 def _silence_stdout() -> None:
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # no descriptor behind it (a test's stand-in)
         pass
 
 
@@ -323,12 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signum
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else EXIT_CLEAN
-    except BrokenPipeError:
+    except BrokenPipeError:  # while printing --help
         _silence_stdout()
         return EXIT_CLEAN
-    except OSError as exc:  # standard output full or gone
-        _say(f"cannot write the report to standard output ({exc.strerror or exc}); nothing more was printed")
-        return EXIT_ERROR
     except InternalError as exc:
         return _internal_error(exc.summary, f"while reading {exc.where}: ", exc.traceback_text)
     except Exception as exc:  # a bug of ours: one line and a file, never exit 1 (a verdict)
