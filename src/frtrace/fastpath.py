@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import marshal
 import sys
+from math import inf
 from array import array
 from itertools import chain, repeat
 from operator import itemgetter, methodcaller
@@ -40,32 +41,40 @@ _SEQUENCE = {list, tuple}
 _PER_ENTRY = 8  # tensors per entry, and dims per tensor, on average, above which the careful path checks
 
 
-def _plain_nested(column: tuple, depth: int, leaf: type) -> list | None:
-    """The leaves of `column` (one raw value per entry, nested `depth` lists deep) when every
-    level is a list or tuple and every leaf a `leaf`; None otherwise.
+def _plain_nested(column: tuple, depth: int, leaf: type) -> bool:
+    """Whether every value of `column` (one per entry) is lists or tuples nested `depth` deep with
+    `leaf` values at the bottom, holding no more than _PER_ENTRY items per item of the level above.
 
-    Each level is checked with C-level maps before the next is expanded, and stops the fast path
-    when it holds more than _PER_ENTRY items per item of the level above: values repeated through
-    shared references can make a small file describe astronomically many items, and only the
-    careful path (which checks each distinct object once) takes those."""
-    level: Any = column
+    Values repeated through shared references can make a small file describe astronomically many
+    items, so each level's size is bounded before the next is walked; every walk is a C-level map
+    over an iterator. Only the careful path (which checks each distinct object once) takes values
+    beyond the bound."""
+    try:
+        for level in range(depth):
+            if sum(map(len, _level(column, level))) > _PER_ENTRY ** (level + 1) * len(column) + 64:
+                return False
+    except TypeError:  # something without a length: not a list of lists
+        return False
+    containers = chain.from_iterable(_level(column, level) for level in range(depth))
+    return set(map(type, containers)) <= _SEQUENCE and set(map(type, _level(column, depth))) <= {leaf}
+
+
+def _level(column: tuple, depth: int):
+    """An iterator over the items `depth` levels down (no list is built)."""
+    items = iter(column)
     for _ in range(depth):
-        if not set(map(type, level)) <= _SEQUENCE or sum(map(len, level)) > _PER_ENTRY * len(level) + 64:
-            return None
-        level = list(chain.from_iterable(level))
-    return level if set(map(type, level)) <= {leaf} else None
+        items = chain.from_iterable(items)
+    return items
 
 
 def _plain_values(sizes_in, sizes_out, dtypes_in, dtypes_out, groups) -> bool:
-    """Whether the raw values that make an entry's kind are plain enough to marshal and hash."""
-    for sizes in (sizes_in, sizes_out):
-        dims = _plain_nested(sizes, 2, int)
-        if dims is None or (dims and not (-1 <= min(dims) and max(dims) <= MAX_INT)):
-            return False
-    for texts in (_plain_nested(dtypes_in, 1, str), _plain_nested(dtypes_out, 1, str), _plain_nested(groups, 1, str)):
-        if texts is None or (texts and max(map(len, texts)) > MAX_TEXT):
-            return False
-    return set(map(len, groups)) <= {2}
+    """Whether the raw values that make an entry's kind are plain enough to marshal: marshal
+    writes a value shared by reference once per reference, so counts and text lengths are
+    bounded before it runs (numbers are checked per distinct kind, after)."""
+    if not (_plain_nested(sizes_in, 2, int) and _plain_nested(sizes_out, 2, int)):
+        return False
+    return all(_plain_nested(texts, 1, str) and sum(map(len, _level(texts, 1))) <= MAX_TEXT * (len(texts) + 1)
+               for texts in (dtypes_in, dtypes_out, groups))
 
 
 _FAST_KEYS = ("record_id", "process_group", "collective_seq_id", "p2p_seq_id", "profiling_name",
@@ -113,9 +122,8 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
         return None
     numbers = [int_column(record_ids), int_column(coll_seqs), int_column(p2p_seqs),
                time_column(created), time_column(started), time_column(completed), float_column(durations)]
-    if not all(isinstance(column, array) for column in numbers) or not all(
-            abs(d) <= MAX_INT for d in numbers[-1] if d == d):  # over 64 bits, NaN or inf: checked field by field
-        return None
+    if not all(isinstance(column, array) for column in numbers) or inf in numbers[-1] or -inf in numbers[-1]:
+        return None  # over 64 bits, or an infinite duration: the careful path drops the field
     try:
         # one bytes key per entry for what makes its kind, built in C; marshal version 2 writes no
         # back-references, so equal values give equal bytes
@@ -147,10 +155,13 @@ def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dt
     shapes = []
     for sizes in (sizes_in, sizes_out):
         if not isinstance(sizes, (list, tuple)) or not all(
-                isinstance(shape, (list, tuple)) and all(type(d) is int for d in shape) for shape in sizes):
+                isinstance(shape, (list, tuple)) and len(shape) <= MAX_DIMS and all(type(d) is int and -1 <= d <= MAX_INT for d in shape)
+                for shape in sizes):
             return None
         shapes.append(tuple(map(tuple, sizes)))
-    if not all(isinstance(d, (list, tuple)) and all(type(t) is str for t in d) for d in (dtypes_in, dtypes_out)):
+    texts = [*group, *dtypes_in, *dtypes_out]
+    if not all(isinstance(d, (list, tuple)) for d in (dtypes_in, dtypes_out)) or not all(
+            type(t) is str and len(t) <= MAX_TEXT for t in texts):
         return None
     backend, op = split_profiling_name(printable(name))
     return Kind(sys.intern(printable(group[0])), sys.intern(printable(group[1])), op, backend, is_p2p, shapes[0], shapes[1],
