@@ -44,7 +44,10 @@ class Checker:
             problem = self._own_problems(unit)
             if problem is None:
                 return self._all_to_all(seq, units)
-            return _Verdict("size_mismatch", tuple(sorted(units)), f"every rank {problem}", True)
+            # every member breaks the rule the same way: the group's size (its membership) is what
+            # is wrong, not every member; never a culprit
+            return _Verdict("size_mismatch", (), f"every rank {problem}: the group likely has another size "
+                                                 "than its members show (a member left no dump?)", False)
 
         ops = {r: unit_ops(u) for r, u in units.items()}
         if len(set(ops.values())) > 1:

@@ -6,13 +6,14 @@ ranks: the default group spans the world, and a subgroup holds the ranks that re
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from math import prod
 
 from .types import Dump, Group
 
 _GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
+_SCATTER_OPS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +32,21 @@ def _is_default(name: str, desc: str) -> bool:
 
 
 def _size_hints(dumps: dict[int, Dump]) -> dict[str, int]:
-    """Group sizes implied by all_gather shapes (output numel / input numel), per group name."""
-    hints: dict[str, int] = {}
+    """Group sizes implied by the ops' own shapes, per group name: an all_gather's output is n
+    times its input, a reduce_scatter's input n times its output. The size most of a group's
+    ops imply, so that one rank's wrong size does not resize its group."""
+    votes: dict[str, Counter] = defaultdict(Counter)
     for dump in dumps.values():
         for kind in dump.entries.kinds:
-            if kind.op in _GATHER_OPS and kind.input_sizes and kind.output_sizes:
-                numel_in = sum(prod(s) for s in kind.input_sizes)
-                numel_out = sum(prod(s) for s in kind.output_sizes)
-                if numel_in and numel_out % numel_in == 0:
-                    hints[kind.pg_name] = max(hints.get(kind.pg_name, 0), numel_out // numel_in)
-    return hints
+            if not (kind.input_sizes and kind.output_sizes):
+                continue
+            numel_in = sum(prod(s) for s in kind.input_sizes)
+            numel_out = sum(prod(s) for s in kind.output_sizes)
+            if kind.op in _GATHER_OPS and numel_in and numel_out % numel_in == 0:
+                votes[kind.pg_name][numel_out // numel_in] += 1
+            elif kind.op in _SCATTER_OPS and numel_out and numel_in % numel_out == 0:
+                votes[kind.pg_name][numel_in // numel_out] += 1
+    return {name: counts.most_common(1)[0][0] for name, counts in votes.items()}
 
 
 def resolve_groups(
@@ -103,6 +109,11 @@ def resolve_groups(
     for name in users:
         if _is_default(name, descs.get(name, "")) and not ft_group_world_size:
             world_size = max(world_size, hints.get(name, 0))
+    family_size = _sibling_world(users, descs, hints)
+    if family_size > world_size and not ft_group_world_size:
+        warnings.append(f"the world has at least {family_size} ranks: its sibling groups (same desc) need that many, "
+                        f"though dumps and file names show only {world_size}")
+        world_size = family_size
     world = tuple(range(world_size))
 
     inferred: dict[str, set[int]] = {}
@@ -140,6 +151,27 @@ def resolve_groups(
         )
     ordered = tuple(sorted(groups.values(), key=lambda g: (_numeric(g.name), g.ranks)))
     return GroupTable(ordered, by_rank, world, tuple(warnings))
+
+
+def _sibling_world(users: dict[str, set[int]], descs: dict[str, str], hints: dict[str, int]) -> int:
+    """The fewest ranks a world can have whose same-desc groups (tp, dp, pp replicas) are as the
+    dumps show them: such groups are disjoint, share one size (the largest seen, or what their
+    all_gather and reduce_scatter shapes say) and together cover the world."""
+    families: dict[str, list[str]] = defaultdict(list)
+    for name, members in users.items():
+        desc = descs.get(name, "")
+        if desc and desc not in ("undefined", "default_pg"):
+            families[desc].append(name)
+    needed = 0
+    for names in families.values():
+        if len(names) < 2:
+            continue
+        seen = [users[n] for n in names]
+        if sum(map(len, seen)) != len(set().union(*seen)):  # overlapping: not replicas of one layout
+            continue
+        size = max(max(map(len, seen)), *(hints.get(n, 0) for n in names))
+        needed = max(needed, size * len(names))
+    return needed
 
 
 def _complete_siblings(inferred: dict[str, set[int]], descs: dict[str, str], world: tuple[int, ...], hints: dict[str, int]) -> None:

@@ -23,8 +23,11 @@ def _where(finding: Finding) -> str:
 
 def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[SkippedFile, ...], out: TextIO, *,
                 mismatch_cap: int = 10, print_stack_trace: bool = False, verbose: bool = False) -> None:
-    """The report: verdict line first, then findings, the culprit's stack, a summary, warnings."""
+    """The report: verdict line first, then what decided it, findings, the culprit's stack, a
+    summary, warnings."""
     print(analysis.headline, file=out)
+    if analysis.evidence:
+        print("Evidence: " + "; ".join(analysis.evidence), file=out)
 
     if analysis.findings:
         shown = analysis.findings[:mismatch_cap] if mismatch_cap > 0 else analysis.findings
@@ -83,7 +86,7 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
 
 
-JSON_SCHEMA_VERSION = 2  # 2: schema_version, frtrace_version and ignored_files added
+JSON_SCHEMA_VERSION = 3  # 2: schema_version, frtrace_version and ignored_files added; 3: evidence
 
 
 def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: tuple[SkippedFile, ...] = ()) -> dict[str, Any]:
@@ -94,6 +97,7 @@ def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: t
         "verdict": analysis.verdict,
         "culprit_ranks": list(analysis.culprit_ranks),
         "headline": analysis.headline,
+        "evidence": list(analysis.evidence),
         "ranks_loaded": list(analysis.ranks_loaded),
         "ranks_missing": list(analysis.ranks_missing),
         "findings": [

@@ -292,6 +292,7 @@ class Group:
 
 FINDING_KINDS = (
     "missing_ranks",
+    "extra_op",
     "type_mismatch",
     "size_mismatch",
     "dtype_mismatch",
@@ -347,3 +348,4 @@ class Analysis:
     ranks_missing: tuple[int, ...]
     culprit_entries: dict[int, Entry] = field(default_factory=dict)  # rank -> the op it is blocked in
     warnings: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()  # what decided the verdict, a short sentence each

@@ -18,7 +18,8 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
     matched = sum(1 for c in checks if not c.missing_ranks and c.mismatch is None)
 
     mismatches = [f for f in findings if f.kind in ("type_mismatch", "size_mismatch", "dtype_mismatch") and f.decided]
-    graph_culprits, undecided_cycles = graph.culprits()
+    graph_culprits, undecided_cycles, evidence = graph.culprits()
+    findings = _with_ran_ahead(findings, graph)
     culprit_entries: dict[int, Entry] = {}
     root_ids: set[int] = set()
     culprits: list[int] = []
@@ -40,12 +41,13 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
                 culprit_entries[rank] = entry
         headline = _mismatch_headline(first, checks) + (f" (+{len(mismatches) - 1} more group(s) with a mismatch)" if len(mismatches) > 1 else "")
         verdict = "desync"
+        evidence = [_mismatch_evidence(f, checks) for f in mismatches]
     elif graph_culprits:
         by_op: dict[tuple | None, list[int]] = defaultdict(list)
         for rank, key in graph_culprits:
             by_op[key].append(rank)
             culprits.append(rank)
-        root_findings = [f for f in findings if f.kind in ("missing_ranks", "p2p_unmatched") and set(f.ranks) & set(culprits)]
+        root_findings = [f for f in findings if f.kind in ("missing_ranks", "p2p_unmatched", "extra_op") and set(f.ranks) & set(culprits)]
         for f in root_findings:
             if f.kind == "p2p_unmatched" or ("coll", f.group.key, f.collective_seq_id) in by_op:
                 root_ids.add(id(f))
@@ -67,11 +69,13 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
                         f"{undecided[0].kind.replace('_', ' ')} in {undecided[0].op} #{undecided[0].collective_seq_id or undecided[0].p2p_seq_id} "
                         f"of {undecided[0].group.label}: {undecided[0].detail}")
             root_ids.update(id(f) for f in undecided)
+            evidence = ["undecided: " + (undecided_cycles[0] if undecided_cycles else undecided[0].detail)]
         elif others:
             verdict = "desync"
             blame(others)
             f = others[0]
             headline = f"{f.kind.replace('_', ' ')} in {f.op} of {f.group.label}: {f.detail}"
+            evidence = [f"{f.kind.replace('_', ' ')}: {f.detail}"]
         elif stuck:
             verdict = "stuck"
             blame(stuck)
@@ -81,6 +85,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
             for rank in f.ranks:
                 if blockers.get(rank) is not None:
                     culprit_entries[rank] = blockers[rank].entry
+            evidence = [f"completion recorded: every member issued it, {ranks_word(f.ranks)} never completed it"]
         elif not any(d.entries for d in dumps.values()):
             verdict = "inconclusive"
             headline = "the dumps hold no entries (was the Flight Recorder buffer size set?)"
@@ -90,6 +95,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
                         f"{count_of(matched, 'collective')} matched; no desync")
             if missing:
                 headline += f" (no dump from {ranks_word(missing)}, and nobody waits for it)"
+            evidence = [f"every collective matched on every member that issued it; nobody waits for another rank"]
 
     final = tuple(
         Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks, f.detail,
@@ -108,7 +114,38 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
         ranks_missing=missing,
         culprit_entries=culprit_entries,
         warnings=tuple(notes),
+        evidence=tuple(dict.fromkeys(evidence)),
     )
+
+
+def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:
+    """Where ranks ran ahead, their op's missing-ranks finding (which names the idle majority)
+    becomes an extra-op finding naming them."""
+    if not graph.ran_ahead:
+        return findings
+    result = []
+    for f in findings:
+        key = ("coll", f.group.key, f.collective_seq_id)
+        issuers = graph.ran_ahead.get(key) if f.kind == "missing_ranks" else None
+        if issuers is None:
+            result.append(f)
+            continue
+        idle = graph.waits_on[key]
+        result.append(Finding("extra_op", f.group, f.collective_seq_id, None, f.op, issuers, f.expected_ranks,
+                              f"{ranks_word(issuers)} issued it alone; {ranks_word(idle)} never did and wait for nobody "
+                              f"(their last op in {f.group.label} is #{max(graph.views[f.group.key].known_last.get(r, 0) for r in idle)})"))
+    return result
+
+
+def _mismatch_evidence(finding: Finding, checks) -> str:
+    if "(reference: the other" in finding.detail:
+        return f"sibling groups: the other {finding.group.label} groups decide {finding.op} #{finding.collective_seq_id}"
+    check = next((c for c in checks if c.group is finding.group and c.collective_seq_id == finding.collective_seq_id), None)
+    issued = len(check.entries) if check is not None else len(finding.expected_ranks)
+    if set(finding.ranks) >= set(check.entries if check is not None else ()):
+        return f"own rule: every issuer of {finding.op} #{finding.collective_seq_id} breaks its size rule"
+    return (f"majority: {issued - len(finding.ranks)} of {issued} issuers of {finding.op} #{finding.collective_seq_id} "
+            f"in {finding.group.label} agree")
 
 
 def _first_entry_index(finding: Finding, checks) -> int:
@@ -160,11 +197,17 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
     waiting = graph.waiters[key]
     blocker = graph.blocker_of_op[key]
     subject = ranks_word(ranks)
+    if key in graph.ran_ahead:
+        idle = graph.waits_on[key]
+        return (f"{subject} ran ahead: {'it' if len(ranks) == 1 else 'they'} issued {blocker.describe()}, which "
+                f"{ranks_word(idle)} never issued, and {'waits' if len(ranks) == 1 else 'wait'} in it; "
+                f"{ranks_word(idle)} wait for nobody")
     if key[0] == "p2p":
         other = "recv" if blocker.p2p and blocker.p2p.kind == "send" else "send"
         text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"
     elif all(r not in dumps for r in ranks):
-        return (f"{subject} left no readable dump and {ranks_word(waiting)} wait for it in {blocker.describe()}: "
+        return (f"{subject} left no readable dump and {ranks_word(waiting)} {'waits' if len(waiting) == 1 else 'wait'} "
+                f"for it in {blocker.describe()}: "
                 f"{'they are' if len(ranks) > 1 else 'it is'} the prime suspect")
     else:
         text = f"{subject} never joined {blocker.describe()} ({len(waiting)} {'ranks wait' if len(waiting) != 1 else 'rank waits'} in it)"

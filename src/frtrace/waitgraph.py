@@ -13,6 +13,59 @@ from .groups import GroupTable
 from .types import Dump, Entry, Finding, Group
 
 _NOT_REACHED = -1  # a rank's buffer ends before this op: it has not issued it yet
+_HISTORY_STEPS = 3  # earlier steps a rank's own buffer must show, all alike, to decide an order
+
+
+def _class_of_entry(entry: Entry, group: Group) -> tuple:
+    """What repeats from step to step: a collective's group, op and sizes; a p2p op's group and peers."""
+    if entry.is_p2p:
+        kind, _, peers = entry.op.partition(" ")
+        src, dst = _peers(kind, peers, group)
+        return ("p2p", group.key, kind, src, dst)
+    return ("coll", group.key, entry.op, entry.input_sizes)
+
+
+def _peers(kind: str, text: str, group: Group) -> tuple[int | None, int | None]:
+    """Global (src, dst) of "0->1" (send) or "1<-0" (recv), group-local numbers in the name."""
+    parts = text.replace("<-", "->").split("->")
+    try:
+        a, b = (group.global_rank(int(p)) for p in parts)
+    except ValueError:
+        return None, None
+    return (a, b) if kind == "send" else (b, a)
+
+
+def _verb(ranks, one: str, several: str) -> str:
+    return one if len(ranks) == 1 else several
+
+
+def _class_text(op_class: tuple) -> str:
+    if op_class[0] == "p2p":
+        return f"{op_class[2]} {op_class[3]}->{op_class[4]} of {op_class[1].label}"
+    return f"{op_class[2]} of {op_class[1].label}"
+
+
+def _steps_between(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> int | None:
+    """How many earlier steps of the rank's buffer show `wanted` between two `blocked` ops, when
+    all of them (at least _HISTORY_STEPS) do and the last two `blocked` ops have none between
+    them; None otherwise (no evidence)."""
+    marks = []  # True for a `blocked`-class op, False for a `wanted`-class op, in buffer order
+    for entry in dump.entries:
+        group = group_of(entry)
+        if group is None:
+            continue
+        op_class = _class_of_entry(entry, group)
+        if op_class == blocked:
+            marks.append(True)
+        elif op_class == wanted:
+            marks.append(False)
+    positions = [i for i, is_blocked in enumerate(marks) if is_blocked]
+    if len(positions) < _HISTORY_STEPS + 2:
+        return None
+    gaps = [any(not m for m in marks[a + 1:b]) for a, b in zip(positions, positions[1:])]
+    if gaps[-1] or not all(gaps[:-1]) or len(gaps) - 1 < _HISTORY_STEPS:
+        return None
+    return len(gaps) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +182,7 @@ class WaitGraph:
         self.waiters: dict[tuple, list[int]] = defaultdict(list)
         self.blocker_of_op: dict[tuple, Blocker] = {}
         self.joined_by_all: dict[int, Blocker] = {}
+        self.ran_ahead: dict[tuple, tuple[int, ...]] = {}  # op key -> the ranks that issued it alone
         for rank, blocker in blockers.items():
             if blocker is None:
                 continue
@@ -210,10 +264,13 @@ class WaitGraph:
                     result.append(component)
         return result
 
-    def culprits(self) -> tuple[list[tuple[int, tuple | None]], list[str]]:
-        """[(culprit rank, the op key it is missing from)], and reasons the graph cannot decide."""
+    def culprits(self) -> tuple[list[tuple[int, tuple | None]], list[str], list[str]]:
+        """[(culprit rank, the op key it is missing from)], reasons the graph cannot decide, and the
+        evidence that decided each culprit (a short sentence each)."""
         found: list[tuple[int, tuple | None]] = []
         undecided: list[str] = []
+        evidence: list[str] = []
+        idle: dict[tuple, list[int]] = defaultdict(list)  # op key -> awaited ranks that wait for nobody
         components = self.components()
         where = {node: i for i, comp in enumerate(components) for node in comp}
         for i, comp in enumerate(components):
@@ -228,27 +285,152 @@ class WaitGraph:
                 rank = ranks[0]
                 awaited_in = [k for k, awaited in self.waits_on.items() if rank in awaited]
                 if awaited_in:
-                    found.append((rank, max(awaited_in, key=lambda k: len(self.waiters[k]))))
+                    idle[max(awaited_in, key=lambda k: len(self.waiters[k]))].append(rank)
                 continue
             if not ops:
                 continue
-            # A cycle: ranks issued ops in different orders. The ranks missing from the op that
-            # comes first in the program skipped it and went on. Which comes first, the ranks
-            # outside the cycle show; where none can, the op most ranks wait in is taken as first.
-            first = self._first_in_program(ops, {n[1] for n in comp if n[0] == "rank"})
-            if first is None:
-                ranked = sorted(ops, key=lambda k: len(self.waiters[k]), reverse=True)
-                if len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]]):
-                    undecided.append(
-                        "; ".join(f"{ranks_word(self.waiters[k])} wait in {self.blocker_of_op[k].describe()} for "
-                                  f"{ranks_word(self.waits_on[k])}" for k in ranked)
-                        + ": they issued ops in different orders and no other rank shows which order is right")
+            cycle_ranks = {n[1] for n in comp if n[0] == "rank"}
+            decided = self._cycle_culprits(ops, cycle_ranks, members, evidence, undecided)
+            found.extend(decided)
+        for key, ranks in idle.items():
+            found.extend(self._idle_culprits(key, ranks, evidence, undecided))
+        return found, undecided, evidence
+
+    def _cycle_culprits(self, ops: list[tuple], cycle_ranks: set[int], members: set[tuple], evidence: list[str],
+                        undecided: list[str]) -> list[tuple[int, tuple]]:
+        """A cycle: ranks issued ops in different orders. The rank that deviated is found from the
+        ranks' own histories (a training job repeats its step) and from the ranks outside the
+        cycle that issued both ops; where they disagree, or neither decides, nothing is decided."""
+        by_history, history_evidence = self._deviators_by_history(cycle_ranks)
+        first = self._first_in_program(ops, cycle_ranks)
+        by_order = {r: first for r in self.waits_on[first] if ("rank", r) in members} if first is not None else {}
+        if by_history and by_order and set(by_history) != set(by_order):
+            undecided.append(
+                f"{self._cycle_text(ops)}: their own histories point at {ranks_word(sorted(by_history))}, "
+                f"the ranks outside the cycle at {ranks_word(sorted(by_order))}; the rules disagree")
+            return []
+        if by_history:
+            evidence.extend(history_evidence)
+            return sorted(by_history.items())
+        if by_order:
+            evidence.append(f"program order: ranks outside the cycle issued {self.blocker_of_op[first].describe()} "
+                            f"before the other ops of the cycle")
+            return sorted(by_order.items())
+        ranked = sorted(ops, key=lambda k: len(self.waiters[k]), reverse=True)
+        if len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]]):
+            undecided.append(f"{self._cycle_text(ops)}: they issued ops in different orders and neither their own "
+                             "histories nor any other rank shows which order is right")
+            return []
+        first = ranked[0]
+        evidence.append(f"majority: {ranks_word(self.waiters[first])} wait in {self.blocker_of_op[first].describe()}, "
+                        "more than in any other op of the cycle")
+        return [(r, first) for r in self.waits_on[first] if ("rank", r) in members]
+
+    def _cycle_text(self, ops: list[tuple]) -> str:
+        return "; ".join(f"{ranks_word(self.waiters[k])} wait in {self.blocker_of_op[k].describe()} for "
+                         f"{ranks_word(self.waits_on[k])}" for k in ops)
+
+    def _idle_culprits(self, key: tuple, idle: list[int], evidence: list[str], undecided: list[str]) -> list[tuple[int, tuple]]:
+        """Ranks awaited in `key` that wait for nobody. Where they are every member that never
+        issued the op and outnumber the ones that did, the issuers ran ahead: blaming all members
+        of a group but a few is implausible. A tie is decided by the sibling groups or not at all."""
+        awaited = self.waits_on[key]
+        blamed = [(r, key) for r in idle]
+        if key[0] != "coll" or sorted(idle) != sorted(awaited) or not all(r in self.dumps for r in awaited):
+            if any(r not in self.dumps for r in idle):
+                evidence.append(f"missing dump: {ranks_word([r for r in idle if r not in self.dumps])} left no readable "
+                                f"dump, and {ranks_word(self.waiters[key])} {_verb(self.waiters[key], 'waits', 'wait')} for it")
+            else:
+                evidence.append(f"wait-for graph: {ranks_word(self.waiters[key])} {_verb(self.waiters[key], 'waits', 'wait')} in "
+                                f"{self.blocker_of_op[key].describe()} for {ranks_word(idle)}, who {_verb(idle, 'waits', 'wait')} "
+                                "for nobody")
+            return blamed
+        view = self.views[key[1]]
+        seq = key[2]
+        issuers = sorted(view.issuers(seq))
+        described = self.blocker_of_op[key].describe()
+        if len(issuers) > len(awaited):
+            evidence.append(f"majority: {len(issuers)} of {view.size} members issued {described}; "
+                            f"{ranks_word(awaited)} never did and {_verb(awaited, 'waits', 'wait')} for nobody")
+            return blamed
+        if len(issuers) == len(awaited):
+            sibling = self._sibling_reached(view, seq)
+            if sibling is None:
+                undecided.append(f"{ranks_word(issuers)} issued {described}, {ranks_word(awaited)} never did and wait for "
+                                 "nobody: as many members ran ahead as stayed behind, and no sibling group shows which is right")
+                return []
+            if sibling:
+                evidence.append(f"sibling groups: the other {view.group.label} groups issued #{seq} too")
+                return blamed
+            evidence.append(f"sibling groups: the other {view.group.label} groups stopped before #{seq}")
+        else:
+            evidence.append(f"majority: {len(awaited)} of {view.size} members never issued {described} and wait for "
+                            f"nobody; {ranks_word(issuers)} issued it alone")
+        self.ran_ahead[key] = tuple(issuers)
+        return [(r, key) for r in issuers]
+
+    def _sibling_reached(self, view: GroupView, seq: int) -> bool | None:
+        """Whether the other groups with this desc and size issued `seq` (every member of each),
+        stopped before it (every member), or cannot tell (None: none, or they disagree)."""
+        answers = set()
+        for other in self._class_views(view.group):
+            if other is view or other.unknown or not other.known_last:
+                continue
+            lasts = set(other.known_last.values())
+            if min(lasts) >= seq:
+                answers.add(True)
+            elif max(lasts) < seq:
+                answers.add(False)
+        return answers.pop() if len(answers) == 1 else None
+
+    def _deviators_by_history(self, cycle_ranks: set[int]) -> tuple[dict[int, tuple], list[str]]:
+        """Cycle ranks whose latest op breaks the order their own buffer repeats.
+
+        A rank r blocked in op class A and awaited by the others in op class B: if, in r's own
+        buffer, every two consecutive A's before the last have a B between them (at least
+        _HISTORY_STEPS times) and the last two A's have none, r skipped B this step. Ops of any
+        kind are classes: a collective by group, op and sizes; a send or recv by group and peers.
+        """
+        deviators: dict[int, tuple] = {}
+        evidence: list[str] = []
+        for rank in sorted(cycle_ranks):
+            blocker = self.blockers.get(rank)
+            dump = self.dumps.get(rank)
+            if blocker is None or dump is None:
+                continue
+            for key in (k for k, awaited in self.waits_on.items() if rank in awaited):
+                wanted = self._class_of_awaited(key, rank)
+                if wanted is None:
                     continue
-                first = ranked[0]
-            for rank in self.waits_on[first]:
-                if ("rank", rank) in members:
-                    found.append((rank, first))
-        return found, undecided
+                steps = _steps_between(dump, _class_of_entry(blocker.entry, blocker.group), wanted, self._group_of(rank))
+                if steps is not None:
+                    deviators[rank] = key
+                    evidence.append(f"own history: rank {rank}'s buffer shows {_class_text(wanted)} between every two "
+                                    f"{_class_text(_class_of_entry(blocker.entry, blocker.group))} in its last {steps} steps, "
+                                    "and not before its latest one")
+                    break
+        return deviators, evidence
+
+    def _group_of(self, rank: int):
+        dump_groups = {}
+
+        def group_of(entry: Entry):
+            found = dump_groups.get(entry.pg_name, ...)
+            if found is ...:
+                found = dump_groups[entry.pg_name] = next(
+                    (v.group for v in self.views.values() if entry.pg_name == v.group.name and rank in v.group.ranks), None)
+            return found
+        return group_of
+
+    def _class_of_awaited(self, key: tuple, rank: int) -> tuple | None:
+        """The class of op `rank` would issue to release the waiters of `key`."""
+        blocker = self.blocker_of_op[key]
+        if key[0] == "coll":
+            return _class_of_entry(blocker.entry, blocker.group)
+        if blocker.p2p is None:
+            return None
+        other = "recv" if blocker.p2p.kind == "send" else "send"
+        return ("p2p", blocker.group.key, other, blocker.p2p.src, blocker.p2p.dst)
 
     def _first_in_program(self, ops: list[tuple], cycle_ranks: set[int]) -> tuple | None:
         """The op of a cycle that the other ranks' buffers show coming before all the others.
