@@ -302,7 +302,9 @@ class WaitGraph:
         ranks' own histories (a training job repeats its step) and from the ranks outside the
         cycle that issued both ops; where they disagree, or neither decides, nothing is decided."""
         by_history, history_evidence = self._deviators_by_history(cycle_ranks)
-        first = self._first_in_program(ops, cycle_ranks)
+        # the ranks outside the cycle order collectives only: where a cycle holds a send or recv,
+        # a rank missing from the first collective may just be blocked in that p2p op before it
+        first = self._first_in_program(ops, cycle_ranks) if all(k[0] == "coll" for k in ops) else None
         by_order = {r: first for r in self.waits_on[first] if ("rank", r) in members} if first is not None else {}
         if by_history and by_order and set(by_history) != set(by_order):
             undecided.append(
@@ -317,7 +319,7 @@ class WaitGraph:
                             f"before the other ops of the cycle")
             return sorted(by_order.items())
         ranked = sorted(ops, key=lambda k: len(self.waiters[k]), reverse=True)
-        if len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]]):
+        if any(k[0] == "p2p" for k in ops) or (len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]])):
             undecided.append(f"{self._cycle_text(ops)}: they issued ops in different orders and neither their own "
                              "histories nor any other rank shows which order is right")
             return []

@@ -1,0 +1,83 @@
+"""How often frtrace names the rank a random job's injected fault is in (tests/jobgen.py).
+
+    python tests/accuracy.py --jobs 3000 [--seed 0]
+
+Prints, per fault kind, how many jobs frtrace got right (culprits = the faulted rank), called
+inconclusive, missed (CLEAN: the fault left no desync in the dumps) or got wrong (named an innocent
+rank); exits 1 when any is wrong, listing the first few with their seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+import jobgen  # noqa: E402
+from frtrace.groups import resolve_groups  # noqa: E402
+from frtrace.loader import normalize  # noqa: E402
+from frtrace.matcher import analyze  # noqa: E402
+
+OUTCOMES = ("right", "inconclusive", "missed", "wrong")
+
+
+def run_job(seed: int, fault: str):
+    """(outcome, job, analysis) of one random job."""
+    rng = random.Random(seed)
+    job = jobgen.make_job(rng, fault)
+    raw = jobgen.dumps_of(job, jobgen.simulate(job), rng)
+    dumps = {rank: normalize(d, rank, f"nccl_trace_rank_{rank}", "pickle") for rank, d in sorted(raw.items())}
+    table = resolve_groups(dumps, frozenset(dumps))
+    analysis = analyze(dumps, table)
+    culprits = set(analysis.culprit_ranks)
+    if analysis.verdict == "inconclusive":
+        outcome = "inconclusive"
+    elif analysis.verdict == "clean":
+        outcome = "missed"
+    elif culprits == {job.faulted}:
+        outcome = "right"
+    else:
+        outcome = "wrong"
+    return outcome, job, analysis
+
+
+def measure(jobs: int, seed: int) -> tuple[dict[str, Counter], list[str]]:
+    counts = {fault: Counter() for fault in jobgen.FAULTS}
+    wrong = []
+    for i in range(jobs):
+        fault = jobgen.FAULTS[i % len(jobgen.FAULTS)]
+        job_seed = seed * 1_000_003 + i
+        outcome, job, analysis = run_job(job_seed, fault)
+        counts[fault][outcome] += 1
+        if outcome == "wrong" and len(wrong) < 10:
+            wrong.append(f"seed {job_seed} ({fault}, rank {job.faulted} of {job.world}): {analysis.headline}")
+    return counts, wrong
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    started, cpu = time.monotonic(), time.process_time()
+    counts, wrong = measure(args.jobs, args.seed)
+    print(f"| fault | jobs | {' | '.join(OUTCOMES)} |")
+    print(f"|---|---|{'---|' * len(OUTCOMES)}")
+    for fault, c in counts.items():
+        print(f"| {fault} | {sum(c.values())} | {' | '.join(str(c[o]) for o in OUTCOMES)} |")
+    total = sum(counts.values(), Counter())
+    print(f"| all | {sum(total.values())} | {' | '.join(str(total[o]) for o in OUTCOMES)} |")
+    print(f"\n{args.jobs} jobs, seed {args.seed}, {time.monotonic() - started:.0f} s wall, {time.process_time() - cpu:.0f} s CPU")
+    for line in wrong:
+        print("WRONG:", line)
+    return 1 if total["wrong"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
