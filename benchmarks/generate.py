@@ -94,8 +94,10 @@ def rank_dump(rank: int, args) -> dict:
         sizes = [[2]] if last and rank == middle and args.fault == "size" else [[1]]
         dtype = "Float" if last and rank == middle and args.fault == "dtype" else "BFloat16"
         record("0", "all_reduce", sizes, sizes, dtype)
-    if args.fault != "none":
-        entries[-1]["state"] = "scheduled"  # the hang: the last op never completed
+    if args.fault != "none" and not entries[-1]["is_p2p"]:
+        # the hang: the last world all_reduce never completed. A rank that skipped it ends on a
+        # send or recv, which completed with its partner's (p2p ops complete in pairs)
+        entries[-1]["state"] = "scheduled"
         entries[-1]["time_discovered_completed_ns"] = None
         entries[-1]["duration_ms"] = None
     entries = entries[-args.entries:]
