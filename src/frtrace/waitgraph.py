@@ -183,6 +183,7 @@ class WaitGraph:
         self.blocker_of_op: dict[tuple, Blocker] = {}
         self.joined_by_all: dict[int, Blocker] = {}
         self.ran_ahead: dict[tuple, tuple[int, ...]] = {}  # op key -> the ranks that issued it alone
+        self._groups_by_rank: dict[tuple[int, str], Group] | None = None
         for rank, blocker in blockers.items():
             if blocker is None:
                 continue
@@ -417,15 +418,11 @@ class WaitGraph:
         return deviators, evidence
 
     def _group_of(self, rank: int):
-        dump_groups = {}
-
-        def group_of(entry: Entry):
-            found = dump_groups.get(entry.pg_name, ...)
-            if found is ...:
-                found = dump_groups[entry.pg_name] = next(
-                    (v.group for v in self.views.values() if entry.pg_name == v.group.name and rank in v.group.ranks), None)
-            return found
-        return group_of
+        """entry -> the group `rank`'s entry belongs to (None for a group no view holds)."""
+        if self._groups_by_rank is None:
+            self._groups_by_rank = {(r, v.group.name): v.group for v in self.views.values() for r in v.group.ranks}
+        groups = self._groups_by_rank
+        return lambda entry: groups.get((rank, entry.pg_name))
 
     def _class_of_awaited(self, key: tuple, rank: int) -> tuple | None:
         """The class of op `rank` would issue to release the waiters of `key`."""
