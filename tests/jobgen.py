@@ -53,6 +53,8 @@ class Job:
     faulted: int
     fault: str
     dead: set[int] = field(default_factory=set)  # ranks that leave no dump
+    p2p: bool = False  # the job has pipeline sends and recvs
+    gloo: bool = False  # its dumps are written in the gloo layout (set by the caller)
 
 
 def _layout(rng: random.Random) -> tuple[int, int, int]:
@@ -130,7 +132,7 @@ def make_job(rng: random.Random, fault: str) -> Job:
         per_step[faulted] = mine[:at] + [mine[at][:cut]]
         dead.add(faulted)
     programs = {r: [op for step in per_step[r] for op in step] for r in range(world)}
-    return Job(world, groups, programs, faulted, fault, dead)
+    return Job(world, groups, programs, faulted, fault, dead, p2p=pp > 1)
 
 
 def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
@@ -187,8 +189,11 @@ def _complete(ops: list[tuple[Op, str]]) -> None:
     ops[-1] = (ops[-1][0], "completed")
 
 
-def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Random) -> dict[int, dict]:
-    """The NCCL-layout dump each living rank writes; some buffers keep only their last entries."""
+def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Random, gloo: bool = False) -> dict[int, dict]:
+    """The NCCL-layout dump each living rank writes; some buffers keep only their last entries.
+
+    gloo=True writes what PyTorch 2.13's gloo recorder writes instead: every entry "scheduled" (no
+    completion tracking) and the placeholder pg_config, so membership must be inferred."""
     result = {}
     for rank, ops in issued.items():
         if rank in job.dead:
@@ -208,10 +213,10 @@ def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Rand
             entries.append({
                 "record_id": i, "pg_id": int(g.name), "process_group": (g.name, g.desc),
                 "collective_seq_id": coll_seq.get(g.name, 0), "p2p_seq_id": p2p_seq.get(g.name, 0), "op_id": i,
-                "profiling_name": f"nccl:{name}", "time_created_ns": created,
+                "profiling_name": f"{'gloo' if gloo else 'nccl'}:{name}", "time_created_ns": created,
                 "input_sizes": op.sizes_in, "input_dtypes": ["Float"] * len(op.sizes_in),
                 "output_sizes": op.sizes_out, "output_dtypes": ["Float"] * len(op.sizes_out),
-                "state": state, "time_discovered_started_ns": created + 10_000,
+                "state": "scheduled" if gloo else state, "time_discovered_started_ns": None if gloo else created + 10_000,
                 "time_discovered_completed_ns": created + 500_000 if done else None,
                 "duration_ms": 0.49 if done else None, "retired": done, "timeout_ms": 600_000,
                 "is_p2p": op.kind != "coll",
@@ -220,7 +225,8 @@ def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Rand
             entries = entries[-rng.randint(24, len(entries)):]
         result[rank] = {
             "version": "2.10", "comm_lib_version": "2.27.5",
-            "pg_config": {g.name: {"name": g.name, "desc": g.desc, "ranks": str(list(g.ranks))}
+            "pg_config": {"": {"name": "", "desc": "", "ranks": "[]"}} if gloo else
+                         {g.name: {"name": g.name, "desc": g.desc, "ranks": str(list(g.ranks))}
                           for g in job.groups if rank in g.ranks},
             "pg_status": {}, "entries": entries,
         }

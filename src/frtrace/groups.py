@@ -109,6 +109,8 @@ def resolve_groups(
     for name in users:
         if _is_default(name, descs.get(name, "")) and not ft_group_world_size:
             world_size = max(world_size, hints.get(name, 0))
+    if not ft_group_world_size:  # no group is larger than the world
+        world_size = max(world_size, *hints.values(), 0)
     family_size = _sibling_world(users, descs, hints)
     if family_size > world_size and not ft_group_world_size:
         warnings.append(f"the world has at least {family_size} ranks: its sibling groups (same desc) need that many, "
@@ -133,6 +135,7 @@ def resolve_groups(
             inferred[name] = set(users_of_name)
 
     _complete_siblings(inferred, descs, world, hints)
+    _complete_from_shapes(inferred, descs, world, hints, set(dumps), warnings)
     for name, members in inferred.items():
         ranks = tuple(sorted(members))
         group = groups.setdefault((name, ranks), Group(name, descs.get(name, ""), ranks, inferred=True))
@@ -196,6 +199,24 @@ def _complete_siblings(inferred: dict[str, set[int]], descs: dict[str, str], wor
         leftover = set(world) - covered
         if len(short) == 1 and len(leftover) == size - len(inferred[short[0]]):
             inferred[short[0]] |= leftover
+
+
+def _complete_from_shapes(inferred: dict[str, set[int]], descs: dict[str, str], world: tuple[int, ...],
+                          hints: dict[str, int], with_dump: set[int], warnings: list[str]) -> None:
+    """Give a group whose all_gather or reduce_scatter shapes say it has more members than the
+    dumps show the ranks without a dump, when exactly that many are not in a sibling group."""
+    for name, members in inferred.items():
+        short = hints.get(name, 0) - len(members)
+        desc = descs.get(name, "")
+        if short <= 0 or _is_default(name, desc):
+            continue
+        taken = set().union(*(m for n, m in inferred.items() if n != name and descs.get(n) == desc))
+        candidates = [r for r in world if r not in with_dump and r not in members and r not in taken]
+        if len(candidates) == short:
+            members.update(candidates)
+            warnings.append(f"group {desc or name} (pg {name}): its shapes say {hints[name]} members; "
+                            f"{'rank' if short == 1 else 'ranks'} {', '.join(map(str, candidates))}, "
+                            "which left no dump, taken as the missing ones")
 
 
 def _numeric(name: str) -> tuple[int, str]:
