@@ -97,8 +97,10 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
                 headline += f" (no dump from {ranks_word(missing)}, and nobody waits for it)"
             evidence = [f"every collective matched on every member that issued it; nobody waits for another rank"]
 
+    decided_by = "; ".join(dict.fromkeys(evidence))
     final = tuple(
-        Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks, f.detail,
+        Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks,
+                f"{f.detail} [decided by {decided_by}]" if id(f) in root_ids and decided_by else f.detail,
                 id(f) in root_ids, f.decided)
         for f in findings
     )
