@@ -237,7 +237,8 @@ def test_fifo_is_never_opened(tmp_path):
 
 def test_sockets_directories_links_and_junk_are_skipped(tmp_path):
     write_dumps(tmp_path, {0: make_dump(ops(1))})
-    (tmp_path / "nccl_trace_rank_1").mkdir()
+    (tmp_path / "folder").mkdir()
+    os.symlink(tmp_path / "folder", tmp_path / "nccl_trace_rank_1")  # a linked folder is never walked into
     os.symlink(tmp_path / "loop_b", tmp_path / "nccl_trace_rank_2")
     os.symlink(tmp_path / "nccl_trace_rank_2", tmp_path / "loop_b")
     (tmp_path / "README").write_text("notes")

@@ -220,7 +220,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             if options.chrome_trace:
                 outputs.stage("--chrome-trace", lambda f: write_chrome_trace(analysis, loaded.dumps, table, f))
             if options.json_path:
-                payload = report_dict(analysis, loaded.skipped, loaded.ignored)
+                payload = report_dict(analysis, loaded.skipped, loaded.ignored, loaded.sources)
                 outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
         except OutputError as exc:  # while staging: nothing was replaced yet
             raise OutputError(f"{exc}{outputs.written_note()}") from None
@@ -233,7 +233,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
     if options.json_path != "-":
         def report() -> None:
             render_text(analysis, loaded.dumps, loaded.skipped, out, mismatch_cap=options.mismatch_cap,
-                        print_stack_trace=options.print_stack_trace, verbose=options.verbose)
+                        print_stack_trace=options.print_stack_trace, verbose=options.verbose, sources=loaded.sources)
             if options.stats:
                 render_stats(compute_stats(analysis, loaded.dumps), out)
         _printed(out, report)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import UsageError, display_path
 from .limits import MAX_DUMP_BYTES, MAX_RANK
@@ -43,7 +43,9 @@ class DumpFile:
     rank: int
     prefix: str  # the name before the rank digits
     file_format: str  # "pickle" or "json", sniffed from the first bytes (from the name when empty)
-    stem: str = ""  # the name without a format suffix: a pickle and a JSON of one dump share it
+    stem: str = ""  # the path without a format suffix: a pickle and a JSON of one dump share it
+    where: str = ""  # the path under the dump folder, as a person names the file
+    host: str | None = None  # the host the folder or the name shows, where one does
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,20 +72,18 @@ def _kind_of(mode: int) -> str | None:
 
 def split_name(name: str, prefix: str | None) -> tuple[str, int, str, str] | str:
     """(prefix, rank, format guessed from the suffix, stem) of a dump-like name, else the reason
-    the name is not one."""
+    the name is not one. The rank is the name's trailing number; `prefix` must occur somewhere in
+    the name before it (as torchfrtrace matches it: host names often come first or in between)."""
     stem, suffix = os.path.splitext(name)
     file_format = _FORMAT_SUFFIXES.get(suffix.lower())
     if file_format is None:
         stem, file_format = name, "pickle"
-    if prefix is not None:
-        if not stem.startswith(prefix) or not stem[len(prefix):].isdigit():
-            return f"the name does not start with --prefix {prefix!r} followed by a rank number"
-        head, digits = prefix, stem[len(prefix):]
-    else:
-        match = _RANK_AT_END.match(stem)
-        if match is None:
-            return "the name does not end in a rank number"
-        head, digits = match.group(1), match.group(2)
+    match = _RANK_AT_END.match(stem)
+    if match is None:
+        return "the name does not end in a rank number"
+    head, digits = match.group(1), match.group(2)
+    if prefix is not None and prefix not in head:
+        return f"the name does not hold --prefix {prefix!r} before its rank number"
     digits = digits.lstrip("0") or "0"
     if len(digits) > _MAX_RANK_DIGITS or int(digits) >= MAX_RANK:
         return f"its number {digits[:24]} is too large for a rank (at most {MAX_RANK - 1})"
@@ -102,13 +102,14 @@ def _read_head(path: str) -> tuple[os.stat_result, bytes]:
 
 
 def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
-    """List the dump files of `directory`: rank from the trailing digits of each name.
+    """List the dump files of `directory` and its subfolders: rank from the trailing digits of
+    each name, host from the subfolder (node-a/nccl_trace_rank_3) or from the names.
 
-    `prefix` (a bare name or a path prefix such as /tmp/nccl_trace_rank_) restricts the names.
-    Only regular files whose first bytes can start a dump are returned; FIFOs, sockets,
-    subdirectories and broken links are skipped with a reason; other files are ignored with one.
-    Two different files claiming one rank is a UsageError naming both, unless they are the
-    pickle and the JSON of one dump (the same name but for the suffix).
+    `prefix` (a bare name or a path prefix such as /tmp/nccl_trace_rank_) restricts the names to
+    those holding it. Only regular files whose first bytes can start a dump are returned; FIFOs,
+    sockets, linked folders and broken links are skipped with a reason; other files are ignored
+    with one. Two different files claiming one rank (in two folders, or rank_3 and rank_03) is a
+    UsageError naming both, unless they are the pickle and the JSON of one dump.
     """
     try:
         info = os.stat(directory)
@@ -120,19 +121,12 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
     if prefix is not None:
         prefix = os.path.basename(prefix)
 
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError as exc:
-        raise UsageError(f"{display_path(directory)}: cannot list the directory ({exc.strerror}); check its permissions") from None
-
     candidates: list[DumpFile] = []
     empty: list[DumpFile] = []
     skipped: list[SkippedFile] = []
     ignored: list[SkippedFile] = []
-    for name in names:
-        if name.startswith("."):  # hidden: editors' and frtrace's own temporary files
-            continue
-        path = os.path.join(directory, name)
+    for path, where in _walk(directory):
+        name = os.path.basename(path)
         printable = display_path(path)
         parts = split_name(name, prefix)
         if isinstance(parts, str):
@@ -155,8 +149,10 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
             skipped.append(SkippedFile(printable, f"{kind}; not read"))
             continue
         file_prefix, rank, guessed, stem = parts
+        folder = os.path.dirname(where)
+        dump_file = DumpFile(path, rank, file_prefix, guessed, os.path.join(folder, stem), where, folder.split(os.sep)[0] or None)
         if not head:
-            empty.append(DumpFile(path, rank, file_prefix, guessed, stem))
+            empty.append(dump_file)
             continue
         file_format = sniff(head)
         if file_format is None:
@@ -166,7 +162,7 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
             skipped.append(SkippedFile(printable, f"{info.st_size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB "
                                                   "a Flight Recorder dump can hold; not read"))
             continue
-        candidates.append(DumpFile(path, rank, file_prefix, file_format, stem))
+        candidates.append(replace(dump_file, file_format=file_format))
 
     # An empty file is a rank killed before it dumped when its name is that of the dumps beside it.
     dump_prefixes = {f.prefix for f in candidates}
@@ -176,6 +172,7 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
         else:
             ignored.append(SkippedFile(display_path(dump_file.path), "empty, and no dump beside it shares its name"))
 
+    candidates = _with_hosts_from_names(candidates)
     candidates.sort(key=lambda f: (f.rank, f.file_format != "pickle", f.path))
     by_rank: dict[int, DumpFile] = {}
     for dump_file in candidates:
@@ -185,3 +182,46 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
                 f"two dump files claim rank {dump_file.rank}: {display_path(first.path)} and {display_path(dump_file.path)}; "
                 "move the one that does not belong out of the folder, or choose one name with --prefix")
     return Discovery(tuple(candidates), tuple(skipped), tuple(ignored))
+
+
+_MAX_DEPTH = 8  # folders below the dump folder that are searched (host/job/attempt/... is deep enough)
+
+
+def _walk(directory: str):
+    """(path, path under `directory`) of every entry below it, in name order: files of every
+    subfolder (one per host is how people gather dumps), never through a linked folder (no loops),
+    not into hidden folders, at most _MAX_DEPTH deep."""
+    pending = [("", 0)]
+    while pending:
+        relative, depth = pending.pop()
+        here = os.path.join(directory, relative) if relative else directory
+        try:
+            names = sorted(os.listdir(here), reverse=True)
+        except OSError as exc:
+            if not relative:
+                raise UsageError(f"{display_path(directory)}: cannot list the directory ({exc.strerror}); check its permissions") from None
+            continue
+        files = []
+        for name in names:
+            if name.startswith("."):  # hidden: editors' and frtrace's own temporary files
+                continue
+            below = os.path.join(relative, name)
+            path = os.path.join(directory, below)
+            if os.path.isdir(path) and not os.path.islink(path):
+                if depth < _MAX_DEPTH:
+                    pending.append((below, depth + 1))
+                continue
+            files.append((path, below))
+        yield from reversed(files)
+
+
+def _with_hosts_from_names(files: list[DumpFile]) -> list[DumpFile]:
+    """Hosts for the files whose folder shows none, from their names: what differs between the
+    names before the rank (trace_host-node01_5 and trace_host-node02_9: host-node01, host-node02)."""
+    heads = sorted({f.prefix for f in files if f.host is None})
+    if len(heads) < 2:
+        return files
+    common = os.path.commonprefix(heads)
+    cut = max(common.rfind("_"), common.rfind("/")) + 1  # host names hold hyphens and dots: fields end at "_"
+    hosts = {head: head[cut:].strip("_-.") or None for head in heads}
+    return [f if f.host is not None else replace(f, host=hosts[f.prefix]) for f in files]

@@ -561,4 +561,5 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     skipped = [*discovery.skipped, *(item for rank in sorted(unreadable) for item in unreadable[rank])]
     notes[:0] = [f"{item.path}: ignored, {item.reason}" for item in ignored]
     ranks_named = frozenset(choices).difference(outside)
-    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes), tuple(ignored))
+    sources = {rank: used.get(rank, files[0]) for rank, files in choices.items() if rank not in outside}
+    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes), tuple(ignored), sources)

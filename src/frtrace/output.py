@@ -84,7 +84,8 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> 
                     raise OutputError(f"{shown}: the folder {display_path(parent)} does not exist; create it or choose another path for the {what}")
                 if not os.access(parent, os.W_OK):
                     raise OutputError(f"{shown}: cannot write in {display_path(parent)}; choose another path for the {what}")
-                if parent == real_dump_dir and not isinstance(split_name(os.path.basename(target), None), str):
+                inside = parent == real_dump_dir or parent.startswith(real_dump_dir + os.sep)
+                if inside and not isinstance(split_name(os.path.basename(target), None), str):
                     raise UsageError(f"{flag} {shown}: a new file named like a dump in the dump folder would be read as one "
                                      "next time; choose another name or folder")
                 plan, identity = PlannedOutput(flag, path, what, binary, target, None, None), target

@@ -9,6 +9,7 @@ from tabulate import tabulate
 
 from . import __version__
 from .align import format_ranks
+from .errors import printable
 from .groups import GroupTable
 from .types import Analysis, Dump, Finding, SkippedFile
 
@@ -21,8 +22,17 @@ def _where(finding: Finding) -> str:
     return ""
 
 
+def culprit_files(analysis: Analysis, sources: dict) -> list[dict[str, Any]]:
+    """Per culprit, the file its dump came from (as a path under the dump folder) and the host
+    its folder or name shows, so a person knows which node to look at."""
+    return [{"rank": rank, "file": printable(sources[rank].where) if rank in sources else None,
+             "host": printable(sources[rank].host) if rank in sources and sources[rank].host else None}
+            for rank in analysis.culprit_ranks]
+
+
 def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[SkippedFile, ...], out: TextIO, *,
-                mismatch_cap: int = 10, print_stack_trace: bool = False, verbose: bool = False) -> None:
+                mismatch_cap: int = 10, print_stack_trace: bool = False, verbose: bool = False,
+                sources: dict | None = None) -> None:
     """The report: verdict line first, then what decided it, findings, the culprit's stack, a
     summary, warnings."""
     print(analysis.headline, file=out)
@@ -69,6 +79,9 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
     ]
     if analysis.culprit_ranks:
         summary.append(["culprit ranks", format_ranks(analysis.culprit_ranks)])
+        shown = [f"rank {c['rank']}: {c['file'] or 'no file'}" + (f" (host {c['host']})" if c["host"] else "")
+                 for c in culprit_files(analysis, sources or {})[:8]]
+        summary.append(["culprit files", "; ".join(shown) + ("; ..." if len(analysis.culprit_ranks) > 8 else "")])
     if skipped:
         summary.append(["files skipped", str(len(skipped))])
     print(tabulate(summary, tablefmt="plain"), file=out)
@@ -86,16 +99,18 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
 
 
-JSON_SCHEMA_VERSION = 3  # 2: schema_version, frtrace_version and ignored_files added; 3: evidence
+JSON_SCHEMA_VERSION = 4  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files
 
 
-def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: tuple[SkippedFile, ...] = ()) -> dict[str, Any]:
+def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: tuple[SkippedFile, ...] = (),
+                sources: dict | None = None) -> dict[str, Any]:
     """The JSON report, in the documented schema."""
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "frtrace_version": __version__,
         "verdict": analysis.verdict,
         "culprit_ranks": list(analysis.culprit_ranks),
+        "culprit_files": culprit_files(analysis, sources or {}),
         "headline": analysis.headline,
         "evidence": list(analysis.evidence),
         "ranks_loaded": list(analysis.ranks_loaded),

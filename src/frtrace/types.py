@@ -259,6 +259,7 @@ class LoadResult:
     ranks_named: frozenset[int]  # every rank a candidate file name pointed at, read or not
     notes: tuple[str, ...] = ()
     ignored: tuple[SkippedFile, ...] = ()  # files that are not dumps of this job, with why
+    sources: dict = field(default_factory=dict)  # rank -> the DumpFile its dump was read from
 
 
 @dataclass(frozen=True, slots=True, eq=False)
