@@ -87,3 +87,86 @@ def test_a_new_output_named_like_a_dump_in_a_host_folder_is_refused(tmp_path, ca
         shutil.copy(SKIP / f"nccl_trace_rank_{rank}", dumps / "node-a")
     assert main(["-d", str(dumps), "-o", str(dumps / "node-a" / "nccl_trace_rank_4")]) == 2
     assert "would be read as one next time" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- archives
+import io  # noqa: E402
+import tarfile  # noqa: E402
+import zipfile  # noqa: E402
+
+
+def _tar(path: Path, members: dict[str, bytes], mode: str = "w:gz", extra=()) -> Path:
+    with tarfile.open(path, mode) as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        for info in extra:
+            archive.addfile(info)
+    return path
+
+
+def _skip_members(folder: str = "dumps") -> dict[str, bytes]:
+    return {f"{folder}/node-{r // 2}/nccl_trace_rank_{r}": (SKIP / f"nccl_trace_rank_{r}").read_bytes() for r in range(4)}
+
+
+@pytest.mark.parametrize("mode", ["w:gz", "w", "w:bz2", "w:xz"], ids=["tar.gz", "tar", "tar.bz2", "tar.xz"])
+def test_a_tar_archive_is_read_without_extracting(tmp_path, mode):
+    archive = _tar(tmp_path / "dumps.archive", _skip_members(), mode)
+    before = sorted(os.listdir(tmp_path))
+    result = report(tmp_path, "-d", str(archive))
+    assert result["culprit_ranks"] == [2] and result["ranks_loaded"] == [0, 1, 2, 3]
+    assert result["culprit_files"] == [{"rank": 2, "file": "node-1/nccl_trace_rank_2", "host": "node-1"}]
+    assert sorted(os.listdir(tmp_path)) == sorted([*before, "report.json"])
+
+
+def test_a_zip_archive_is_read(tmp_path):
+    with zipfile.ZipFile(tmp_path / "dumps.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in _skip_members().items():
+            archive.writestr(name, data)
+    assert report(tmp_path, "-d", str(tmp_path / "dumps.zip"))["culprit_ranks"] == [2]
+
+
+def test_links_escapes_and_oversize_members_are_never_read(tmp_path):
+    members = _skip_members()
+    members["../../escape/nccl_trace_rank_3x"] = b"\x80\x02"  # no rank at the end: ignored, never written anywhere
+    link = tarfile.TarInfo("dumps/node-0/nccl_trace_rank_5")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    hard = tarfile.TarInfo("dumps/node-0/nccl_trace_rank_6")
+    hard.type, hard.linkname = tarfile.LNKTYPE, "dumps/node-0/nccl_trace_rank_0"
+    fifo = tarfile.TarInfo("dumps/node-0/nccl_trace_rank_7")
+    fifo.type = tarfile.FIFOTYPE
+    archive = _tar(tmp_path / "a.tar", members, "w", extra=(link, hard, fifo))
+    result = report(tmp_path, "-d", str(archive))
+    assert result["ranks_loaded"] == [0, 1, 2, 3] and result["culprit_ranks"] == [2]
+    reasons = {Path(s["path"]).name: s["reason"] for s in result["skipped_files"]}
+    assert "a link in the archive" in reasons["nccl_trace_rank_5"] and "a link in the archive" in reasons["nccl_trace_rank_6"]
+    assert "a device or FIFO" in reasons["nccl_trace_rank_7"]
+    assert not (tmp_path.parent / "escape").exists() and not Path("/escape").exists()
+
+
+def test_a_member_bigger_than_a_dump_is_not_read(tmp_path, monkeypatch):
+    from frtrace import archive as archive_module
+    monkeypatch.setattr(archive_module, "MAX_DUMP_BYTES", 100_000)  # a 2 GiB member would say the same
+    members = _skip_members()
+    members["dumps/node-1/nccl_trace_rank_3"] = b"\x80\x02" + bytes(200_000)
+    result = report(tmp_path, "-d", str(_tar(tmp_path / "a.tar.gz", members)))
+    (skipped,) = result["skipped_files"]
+    assert skipped["path"].endswith("nccl_trace_rank_3") and "more than the 0 MiB a Flight Recorder dump can hold" in skipped["reason"]
+
+
+def test_a_truncated_archive_keeps_what_was_read(tmp_path):
+    full = _tar(tmp_path / "a.tar", _skip_members(), "w").read_bytes()
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(full[: len(full) * 3 // 4])
+    target = tmp_path / "r.json"
+    assert main(["-d", str(cut), "--json", str(target)]) in (0, 1)
+    result = json.loads(target.read_text())
+    assert result["ranks_loaded"] and any("damaged" in s["reason"] or "cannot read" in s["reason"] for s in result["skipped_files"])
+
+
+def test_the_archive_itself_is_never_an_output(tmp_path, capsys):
+    archive = _tar(tmp_path / "a.tar.gz", _skip_members())
+    before = archive.read_bytes()
+    assert main(["-d", str(archive), "-o", str(archive)]) == 2
+    assert archive.read_bytes() == before and "frtrace never writes over its input" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
+from .archive import is_archive, read_archive
 from .builder import build_database, write_database
 from .discover import find_dump_files
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
@@ -65,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 clean, 1 desync, stuck or inconclusive, 2 usage, input or output error, "
                "3 internal error (a bug: please report it), 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).",
     )
-    parser.add_argument("trace_dir", nargs="?", help="directory holding one dump per rank (same as -d)")
-    parser.add_argument("-d", "--dir", dest="dir_option", metavar="DIR", help="directory holding one dump per rank")
+    parser.add_argument("trace_dir", nargs="?", help="directory (or .tar/.tar.gz/.zip archive) holding one dump per rank (same as -d)")
+    parser.add_argument("-d", "--dir", dest="dir_option", metavar="DIR",
+                        help="directory holding one dump per rank, in it or in subfolders; or a .tar, .tar.gz or .zip of them")
     parser.add_argument("-p", "--prefix", help="file name prefix before the rank number (default: inferred from the names)")
     parser.add_argument("-o", "--output", metavar="DB", help="write the flattened database here, as a pickle of (types, db)")
     parser.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here ('-' for stdout)")
@@ -183,7 +185,11 @@ def _check_selection(options: Options, dumps: dict, table) -> None:
 def run(options: Options, out: TextIO, err: TextIO) -> int:
     """Analyze the dumps as the options say, write the outputs, return the exit code."""
     plans = plan_outputs(_requested_outputs(options), options.trace_dir)
-    discovery = find_dump_files(options.trace_dir, options.prefix)
+    contents = None
+    if is_archive(options.trace_dir):
+        discovery, contents = read_archive(options.trace_dir, options.prefix)
+    else:
+        discovery = find_dump_files(options.trace_dir, options.prefix)
     if not discovery.files:
         hint = f" starting with {printable(options.prefix)!r}" if options.prefix else ""
         seen = (f" ({len(discovery.ignored)} file(s) ignored, e.g. {discovery.ignored[0].path}: {discovery.ignored[0].reason})"
@@ -192,7 +198,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                          f"and starts like a pickle or JSON dump{seen}; check the directory and --prefix "
                          "(dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)")
     loaded = load_dumps(discovery, progress=options.progress and len(discovery.files) > 8, workers=options.jobs,
-                        bound_by_configs=options.ft_group_world_size is None)
+                        bound_by_configs=options.ft_group_world_size is None, contents=contents)
     for item in loaded.skipped:
         print(f"frtrace: skipped {item.path}: {item.reason}", file=err)
     if not loaded.dumps:

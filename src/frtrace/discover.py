@@ -164,6 +164,13 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
             continue
         candidates.append(replace(dump_file, file_format=file_format))
 
+    return finish(candidates, empty, skipped, ignored)
+
+
+def finish(candidates: list[DumpFile], empty: list[DumpFile], skipped: list[SkippedFile], ignored: list[SkippedFile]) -> Discovery:
+    """The Discovery of the dump-like files found (in a folder or an archive): empty files kept
+    only beside dumps of their name, hosts from the names, files in rank order, and a UsageError
+    where two files claim one rank."""
     # An empty file is a rank killed before it dumped when its name is that of the dumps beside it.
     dump_prefixes = {f.prefix for f in candidates}
     for dump_file in empty:

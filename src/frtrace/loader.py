@@ -93,11 +93,19 @@ def read_raw(path: str) -> tuple[Any, str]:
         raise DumpError(path, f"cannot read it ({exc.strerror})") from None
     finally:
         os.close(fd)
-    if not data:
-        raise DumpError(path, "empty file (the rank may have been killed before it dumped); leave it out or re-dump")
     if len(data) > MAX_DUMP_BYTES:
         raise DumpError(path, f"grew past {MAX_DUMP_BYTES >> 20} MiB while being read; not read")
+    return parse_raw(data, path)
 
+
+def parse_raw(data: bytes, path: str) -> tuple[Any, str]:
+    """The raw object a dump's bytes hold, and "pickle" or "json"; `path` names it in errors.
+    Parsed under a memory ceiling, by an unpickler that refuses every global."""
+    if not data:
+        raise DumpError(path, "empty file (the rank may have been killed before it dumped); leave it out or re-dump")
+    file_format = sniff(data[:HEAD_BYTES])
+    if file_format is None:
+        raise DumpError(path, "its first bytes are not those of a pickle or JSON dump; leave it out")
     try:
         with bounded_memory(len(data)):
             if file_format == "json":
@@ -472,12 +480,13 @@ def read_dump(path: str, rank: int) -> Dump:
     return normalize(raw, rank, path, file_format)
 
 
-def _load_one(job: tuple[str, int]) -> CompactDump | DumpError | InternalError:
-    """Read one file into its compact form; runs in a worker process. Errors come back as values:
-    a DumpError costs the file, an InternalError (a bug of ours) stops the run."""
-    path, rank = job
+def _load_one(job: tuple) -> CompactDump | DumpError | InternalError:
+    """Read one file, (path, rank) or (name, rank, its bytes from an archive), into its compact
+    form; runs in a worker process. Errors come back as values: a DumpError costs the file, an
+    InternalError (a bug of ours) stops the run."""
+    path, rank = job[0], job[1]
     try:
-        raw, file_format = read_raw(path)
+        raw, file_format = parse_raw(job[2], path) if len(job) > 2 else read_raw(path)
         return compact(raw, rank, path, file_format)
     except DumpError as exc:
         return exc
@@ -513,7 +522,8 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
     return max(sizes) if sizes else None
 
 
-def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1, bound_by_configs: bool = True) -> LoadResult:
+def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1, bound_by_configs: bool = True,
+               contents: dict[str, bytes] | None = None) -> LoadResult:
     """Read every rank's dump; a file that cannot be used is skipped with its reason.
 
     Files are read in `workers` processes, each sending back a compact form. When a rank has a
@@ -521,7 +531,14 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     `bound_by_configs`, ranks beyond the world that the dumps' default-group pg_config describes
     are ignored (a file such as `backup_100` beside a 4-rank job). An InternalError from any
     file is raised: a bug of frtrace's is never turned into a skipped, then blamed, rank.
+    `contents` holds the bytes of files read from an archive, by their path.
     """
+    contents = contents or {}
+
+    def job(dump_file: DumpFile) -> tuple:
+        data = contents.get(dump_file.path)
+        return (dump_file.path, dump_file.rank) if data is None else (dump_file.path, dump_file.rank, data)
+
     choices: dict[int, list[DumpFile]] = {}
     for dump_file in discovery.files:
         choices.setdefault(dump_file.rank, []).append(dump_file)
@@ -541,12 +558,12 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
             used[rank] = dump_file
 
     firsts = [files[0] for files in choices.values()]
-    for dump_file, result in zip(firsts, _load_all([(f.path, f.rank) for f in firsts], workers, progress)):
+    for dump_file, result in zip(firsts, _load_all([job(f) for f in firsts], workers, progress)):
         take(dump_file.rank, dump_file, result)
     for rank, files in choices.items():
         for dump_file in files[1:]:
             if rank not in used:  # the first choice failed: fall back to its twin in the other format
-                take(rank, dump_file, next(_load_all([(dump_file.path, rank)], workers, False)))
+                take(rank, dump_file, next(_load_all([job(dump_file)], workers, False)))
             else:
                 notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used[rank].path)}; not read")
 

@@ -64,7 +64,14 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> 
     in the dump folder under a dump's name; OutputError for one that cannot be written."""
     plans: list[PlannedOutput] = []
     identities: dict[object, str] = {}  # (dev, ino) or resolved path -> the flag that claimed it
-    folder = _folder_files(dump_dir) if os.path.isdir(dump_dir) else set()
+    if os.path.isdir(dump_dir):
+        folder = _folder_files(dump_dir)
+    else:  # an archive: it is the input never to be written over
+        try:
+            info = os.stat(dump_dir)
+            folder = {(info.st_dev, info.st_ino)}
+        except OSError:
+            folder = set()
     real_dump_dir = os.path.realpath(dump_dir)
     for flag, path, what, binary in requested:
         shown = display_path(path)
