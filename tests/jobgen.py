@@ -192,8 +192,9 @@ def _complete(ops: list[tuple[Op, str]]) -> None:
 def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Random, gloo: bool = False) -> dict[int, dict]:
     """The NCCL-layout dump each living rank writes; some buffers keep only their last entries.
 
-    gloo=True writes what PyTorch 2.13's gloo recorder writes instead: every entry "scheduled" (no
-    completion tracking) and the placeholder pg_config, so membership must be inferred."""
+    gloo=True writes what PyTorch 2.13's gloo recorder writes instead: every entry "scheduled" and
+    retired, with no duration (no completion tracking), and the placeholder pg_config, so
+    membership must be inferred."""
     result = {}
     for rank, ops in issued.items():
         if rank in job.dead:
@@ -218,7 +219,7 @@ def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Rand
                 "output_sizes": op.sizes_out, "output_dtypes": ["Float"] * len(op.sizes_out),
                 "state": "scheduled" if gloo else state, "time_discovered_started_ns": None if gloo else created + 10_000,
                 "time_discovered_completed_ns": created + 500_000 if done else None,
-                "duration_ms": 0.49 if done else None, "retired": done, "timeout_ms": 600_000,
+                "duration_ms": None if gloo else 0.49 if done else None, "retired": True if gloo else done, "timeout_ms": 600_000,
                 "is_p2p": op.kind != "coll",
             })
         if rng.random() < 0.3 and len(entries) > 24:  # a ring buffer that wrapped
