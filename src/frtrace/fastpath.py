@@ -37,6 +37,12 @@ def dtype_name(raw: str) -> str:
     return sys.intern(DTYPE_NAMES.get(raw.lower(), raw))
 
 
+def is_p2p_name(op: str) -> bool:
+    """An op named "send 0->1" or "recv 1<-0" is point to point, whatever its is_p2p flag says
+    (torchcomms writes False for every op; a batch's terminator, "coalesced", is not one)."""
+    return op.split(" ", 1)[0] in ("send", "recv")
+
+
 _SEQUENCE = {list, tuple}
 _PER_ENTRY = 8  # tensors per entry, and dims per tensor, on average, above which the careful path checks
 
@@ -164,7 +170,8 @@ def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dt
             type(t) is str and len(t) <= MAX_TEXT for t in texts):
         return None
     backend, op = split_profiling_name(printable(name))
-    return Kind(sys.intern(printable(group[0])), sys.intern(printable(group[1])), op, backend, is_p2p, shapes[0], shapes[1],
+    return Kind(sys.intern(printable(group[0])), sys.intern(printable(group[1])), op, backend, is_p2p or is_p2p_name(op),
+                shapes[0], shapes[1],
                 tuple(dtype_name(printable(d)) for d in dtypes_in), tuple(dtype_name(printable(d)) for d in dtypes_out))
 
 

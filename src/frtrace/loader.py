@@ -25,12 +25,11 @@ from . import fastpath
 from . import workers as worker_processes
 from .discover import HEAD_BYTES, Discovery, DumpFile, sniff
 from .errors import DumpError, InternalError, display_path, printable
-from .fastpath import dtype_name, split_profiling_name
+from .fastpath import dtype_name, is_p2p_name, split_profiling_name
 from .limits import MAX_DIMS, MAX_DUMP_BYTES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT, bounded_memory
 from .runs import make_runs
-from .types import Dump, Entry, EntryColumns, Frame, GroupConfig, LoadResult, SkippedFile
+from .types import Dump, Entry, EntryColumns, Frame, GroupConfig, LoadResult, SkippedFile, int_column
 
-_P2P_PREFIXES = ("send", "recv")
 _BOM = b"\xef\xbb\xbf"
 _RANKS_TEXT = re.compile(r"^\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]$")
 
@@ -286,9 +285,7 @@ class _Normalizer:
         if not isinstance(raw, dict):
             raise _BadEntry(f"{where} is {_shown(raw)} where a dict belongs")
         backend, op = split_profiling_name(self.text(raw, "profiling_name", where, ""))
-        is_p2p = raw.get("is_p2p")
-        if not isinstance(is_p2p, bool):
-            is_p2p = op.startswith(_P2P_PREFIXES)
+        is_p2p = raw.get("is_p2p") is True or is_p2p_name(op)
 
         pg_id = raw.get("pg_id")
         group = raw.get("process_group")
@@ -453,10 +450,57 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
             entries = EntryColumns.from_entries(rank, [normalizer.entry(e, i) for i, e in enumerate(raw_entries)])
         except _BadEntry as exc:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
+    if _renumber_process_wide_seq(entries):
+        normalizer.notes.append("collective seq ids count every op of the process, not of each group (a torchcomms "
+                                "recorder): renumbered per group in buffer order")
+    elif _process_wide_seq(entries):
+        normalizer.notes.append("collective seq ids count every op of the process (a torchcomms recorder) and the "
+                                "buffer wrapped: groups cannot be aligned by order; seq ids kept as written")
     entries.runs = make_runs(entries)  # made here, in the worker, and sent along
     stacks = tuple(normalizer.stacks)  # stack ids were given in insertion order
     configs = normalizer.group_configs(raw_configs)
     return CompactDump(rank, path, file_format, version, entries, configs, stacks, tuple(normalizer.notes + normalizer.drop_notes()))
+
+
+def _process_wide_seq(entries: EntryColumns) -> bool:
+    """Whether the dump's collective seq ids are one counter for the whole process: they never
+    decrease along the buffer, no value is shared by two groups (per-group counters all start at
+    1), and some group's values have gaps (the other groups' ops took them)."""
+    groups: dict[str, list[int]] = {}
+    owner: dict[int, str] = {}
+    last = -1
+    for kind_code, seq in zip(entries.kind, entries.collective_seq_id):
+        kind = entries.kinds[kind_code]
+        if kind.is_p2p:
+            continue
+        if seq < last or owner.setdefault(seq, kind.pg_name) != kind.pg_name:
+            return False
+        last = seq
+        groups.setdefault(kind.pg_name, []).append(seq)
+    if len(groups) < 2:
+        return False
+    return any(b - a > 1 for seqs in groups.values() for a, b in zip(seqs, seqs[1:]))
+
+
+def _renumber_process_wide_seq(entries: EntryColumns) -> bool:
+    """Per-group seq ids (1, 2, ... in buffer order) for a dump whose seq ids count the whole
+    process, where the buffer holds the process's first op (record_id 0): True if renumbered.
+    Ops sharing a seq id (a coalesced group) keep sharing the new one."""
+    if not len(entries) or entries.record_id[0] != 0 or not _process_wide_seq(entries):
+        return False
+    next_seq: dict[str, int] = {}
+    seen: dict[int, int] = {}
+    renumbered = []
+    for kind_code, seq in zip(entries.kind, entries.collective_seq_id):
+        kind = entries.kinds[kind_code]
+        if kind.is_p2p:
+            renumbered.append(seq)
+            continue
+        if seq not in seen:
+            seen[seq] = next_seq[kind.pg_name] = next_seq.get(kind.pg_name, 0) + 1
+        renumbered.append(seen[seq])
+    entries.collective_seq_id = int_column(renumbered)
+    return True
 
 
 class _Shared:
