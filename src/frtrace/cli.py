@@ -226,7 +226,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             if options.chrome_trace:
                 outputs.stage("--chrome-trace", lambda f: write_chrome_trace(analysis, loaded.dumps, table, f))
             if options.json_path:
-                payload = report_dict(analysis, loaded.skipped, loaded.ignored, loaded.sources)
+                payload = report_dict(analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps)
                 outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
         except OutputError as exc:  # while staging: nothing was replaced yet
             raise OutputError(f"{exc}{outputs.written_note()}") from None

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import islice
 from typing import Any
 
 from . import fastpath
@@ -421,6 +422,52 @@ class CompactDump:
     group_configs: tuple[GroupConfig, ...]
     stacks: tuple[tuple[Frame, ...], ...]
     notes: tuple[str, ...]
+    health: tuple[tuple[str, bool, str], ...] = ()
+
+
+_FAILED = {"fail", "failed", "failure", "error", "unhealthy", "bad", "down", "false"}
+_MAX_CHECKS = 64
+
+
+def health_checks(raw: Any) -> tuple[tuple[str, bool, str], ...]:
+    """(check, passed, what it said) from a dump's health_check_results (NVIDIA's resiliency
+    extension writes GPU and NIC checks there). Its layout is not fixed: a check is a key whose
+    value is a bool, a status word, or a dict with a passed/healthy/ok flag or a status word; at
+    most _MAX_CHECKS, nested one level (gpu: {0: ..., 1: ...})."""
+    if not isinstance(raw, dict):
+        return ()
+    found: list[tuple[str, bool, str]] = []
+
+    def verdict(value: Any) -> tuple[bool, str] | None:
+        if isinstance(value, bool):
+            return value, "passed" if value else "failed"
+        if isinstance(value, str):
+            return value.strip().lower() not in _FAILED, _clean(value[:80])
+        if isinstance(value, dict):
+            message = next((value[k] for k in ("detail", "message", "error", "reason") if isinstance(value.get(k), str)), "")
+            for flag in ("passed", "healthy", "ok", "success"):
+                if isinstance(value.get(flag), bool):
+                    return value[flag], f"{flag}={value[flag]}" + (f": {_clean(message[:120])}" if message else "")
+            status = value.get("status")
+            if isinstance(status, str):
+                return status.strip().lower() not in _FAILED, _clean(status[:80])
+        return None
+
+    def label(key: Any) -> str:
+        if isinstance(key, str):
+            return _clean(key[:80])
+        return str(key) if isinstance(key, int) and abs(key) < 10**18 else "?"
+
+    for key, value in islice(raw.items(), _MAX_CHECKS):
+        said = verdict(value)
+        if said is not None:
+            found.append((label(key), *said))
+        elif isinstance(value, dict):
+            for inner, item in islice(value.items(), _MAX_CHECKS):
+                said = verdict(item)
+                if said is not None:
+                    found.append((f"{label(key)} {label(inner)}", *said))
+    return tuple(found[:_MAX_CHECKS])
 
 
 def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
@@ -459,7 +506,9 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
     entries.runs = make_runs(entries)  # made here, in the worker, and sent along
     stacks = tuple(normalizer.stacks)  # stack ids were given in insertion order
     configs = normalizer.group_configs(raw_configs)
-    return CompactDump(rank, path, file_format, version, entries, configs, stacks, tuple(normalizer.notes + normalizer.drop_notes()))
+    health = health_checks(raw.get("health_check_results")) if isinstance(raw, dict) else ()
+    return CompactDump(rank, path, file_format, version, entries, configs, stacks, tuple(normalizer.notes + normalizer.drop_notes()),
+                       health)
 
 
 def _process_wide_seq(entries: EntryColumns) -> bool:
@@ -515,7 +564,8 @@ class _Shared:
         entries.kinds = tuple(self.values.setdefault(k, k) for k in entries.kinds)
         entries.states = tuple(self.values.setdefault(s, s) for s in entries.states)
         group_configs = tuple(self.values.setdefault(c, c) for c in part.group_configs)
-        return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes)
+        return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes,
+                    part.health)
 
 
 def read_dump(path: str, rank: int) -> Dump:

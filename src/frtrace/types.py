@@ -231,6 +231,7 @@ class Dump:
     group_configs: tuple[GroupConfig, ...]  # empty when pg_config is absent or useless
     stacks: tuple[tuple[Frame, ...], ...] = ()
     notes: tuple[str, ...] = ()  # oddities worth a warning that did not stop the load
+    health: tuple[tuple[str, bool, str], ...] = ()  # (check, passed, what it said): NVRx health_check_results
 
     @property
     def wrapped(self) -> bool:

@@ -97,6 +97,10 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
                 headline += f" (no dump from {ranks_word(missing)}, and nobody waits for it)"
             evidence = [f"every collective matched on every member that issued it; nobody waits for another rank"]
 
+    for rank in sorted(set(culprits)):
+        failed = [check for check, passed, _ in (dumps[rank].health if rank in dumps else ()) if not passed]
+        if failed:
+            evidence.append(f"health check: rank {rank}'s {', '.join(failed[:4])} check{'s' if len(failed) > 1 else ''} failed")
     decided_by = "; ".join(dict.fromkeys(evidence))
     final = tuple(
         Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks,
@@ -220,7 +224,8 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
         if rank not in dumps:
             clause = "{who} left no readable dump"
         elif own is None:
-            clause = "{who} {is} in no collective (all its ops completed)" if graph.tracking.get(rank) else "{who} recorded no ops"
+            clause = ("{who} {is} in no collective (all its ops completed)" if graph.tracking.get(rank) else
+                      "{who} {has} an empty buffer (no op in flight, or none recorded)")
         elif rank in graph.joined_by_all:
             if graph.tracking.get(rank):
                 clause = f"{{who}} {{is}} blocked in {own.describe()}, which every member joined"
@@ -232,7 +237,8 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
     shown = list(clauses.items())[:3]
     for clause, who in shown:
         one = len(who) == 1
-        text += "; " + clause.format(who=ranks_word(who), its="its" if one else "their", **{"is": "is" if one else "are"})
+        text += "; " + clause.format(who=ranks_word(who), its="its" if one else "their", has="has" if one else "have",
+                                     **{"is": "is" if one else "are"})
     if len(clauses) > len(shown):
         text += f"; (+{len(clauses) - len(shown)} more situations, see the findings)"
     return text

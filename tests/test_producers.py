@@ -1,0 +1,60 @@
+"""Dumps from other producers of the format (issue 11): read by the values present."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import entry, make_dump, ops
+from frtrace.loader import health_checks, normalize
+
+
+def _seqs(dump) -> list[int]:
+    return list(dump.entries.collective_seq_id)
+
+
+def test_process_wide_seq_ids_are_renumbered_per_group():
+    # one counter for the process: world gets 1, 3, 5; tp gets 2, 4, 6 (is_p2p False everywhere)
+    raw = make_dump([entry(pg="0" if s % 2 else "1", desc="default_pg" if s % 2 else "tp", seq=s) for s in range(1, 7)])
+    dump = normalize(raw, 0, "x", "pickle")
+    assert _seqs(dump) == [1, 1, 2, 2, 3, 3]
+    assert any("renumbered per group" in n for n in dump.notes)
+
+
+@pytest.mark.parametrize("seqs,groups", [
+    ([1, 2, 3, 1, 2, 3], ["0", "0", "0", "1", "1", "1"]),  # per-group counters: values repeat across groups
+    ([1, 2, 3, 4], ["0", "0", "0", "0"]),  # one group
+    ([1, 3, 2, 4], ["0", "1", "0", "1"]),  # decreasing: not a process counter
+], ids=["per-group", "one-group", "decreasing"])
+def test_per_group_seq_ids_are_kept(seqs, groups):
+    raw = make_dump([entry(pg=g, desc="default_pg" if g == "0" else "tp", seq=s) for s, g in zip(seqs, groups)])
+    assert _seqs(normalize(raw, 0, "x", "pickle")) == seqs
+
+
+def test_a_wrapped_buffer_with_process_wide_seq_ids_is_kept_and_noted():
+    raw = make_dump([entry(pg="0" if s % 2 else "1", desc="default_pg" if s % 2 else "tp", seq=s) for s in range(11, 17)],
+                    first_record=10)
+    dump = normalize(raw, 0, "x", "pickle")
+    assert _seqs(dump) == list(range(11, 17)) and any("cannot be aligned by order" in n for n in dump.notes)
+
+
+def test_send_and_recv_names_are_point_to_point_whatever_is_p2p_says():
+    raw = make_dump([entry(seq=1), entry(seq=1, op="send 0->1", is_p2p=False), entry(seq=1, op="coalesced", is_p2p=False)])
+    kinds = normalize(raw, 0, "x", "pickle").entries.kinds
+    assert [(k.op, k.is_p2p) for k in kinds] == [("all_reduce", False), ("send 0->1", True), ("coalesced", False)]
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ({"gpu": {"passed": False, "detail": "Xid 79"}, "nic": True}, [("gpu", False, "passed=False: Xid 79"), ("nic", True, "passed")]),
+    ({"gpu": {0: "OK", 1: "FAILED"}}, [("gpu 0", True, "OK"), ("gpu 1", False, "FAILED")]),
+    ({"nic": {"status": "error"}}, [("nic", False, "error")]),
+    ({"x": [1, 2], 10**400: False}, [("?", False, "failed")]),  # a huge key is shown as "?", never converted
+    ("not a dict", []),
+], ids=["flags", "nested", "status", "odd-keys", "not-a-dict"])
+def test_health_check_results_are_read_whatever_their_layout(raw, expected):
+    assert list(health_checks(raw)) == expected
+
+
+def test_health_checks_are_bounded_and_escaped():
+    assert len(health_checks({str(i): False for i in range(10_000)})) == 64
+    (check,) = health_checks({"gpu\x1b[2J": {"status": "FAIL"}})
+    assert check == ("gpu\\x1b[2J", False, "FAIL")  # the key's escape sequence is shown escaped
