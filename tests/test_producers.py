@@ -58,3 +58,35 @@ def test_health_checks_are_bounded_and_escaped():
     assert len(health_checks({str(i): False for i in range(10_000)})) == 64
     (check,) = health_checks({"gpu\x1b[2J": {"status": "FAIL"}})
     assert check == ("gpu\\x1b[2J", False, "FAIL")  # the key's escape sequence is shown escaped
+
+
+def _analyse(tmp_path, dumps: dict) -> dict:
+    import json
+    from conftest import write_dumps
+    from frtrace.cli import main
+    write_dumps(tmp_path / "d", dumps)
+    main(["-d", str(tmp_path / "d"), "--json", str(tmp_path / "r.json")])
+    return json.loads((tmp_path / "r.json").read_text())
+
+
+def _p2p(op: str, p2p_seq: int = 1) -> dict:
+    return entry(seq=2, op=op, is_p2p=True, p2p_seq=p2p_seq, backend="nccl2")
+
+
+def test_a_receive_from_any_takes_the_send_that_fits(tmp_path):
+    report = _analyse(tmp_path, {0: make_dump(ops(2, backend="nccl2") + [_p2p("send 0->1")]),
+                                 1: make_dump(ops(2, backend="nccl2") + [_p2p("recv 1<-?")])})
+    assert report["verdict"] == "clean", report["headline"]
+
+
+def test_a_receive_from_any_with_senders_from_two_ranks_is_ambiguous(tmp_path):
+    report = _analyse(tmp_path, {0: make_dump(ops(2, backend="nccl2") + [_p2p("send 0->2")]),
+                                 1: make_dump(ops(2, backend="nccl2") + [_p2p("send 1->2")]),
+                                 2: make_dump(ops(2, backend="nccl2") + [_p2p("recv 2<-?")])})
+    assert report["verdict"] == "inconclusive" and "which send each took cannot be told" in report["headline"]
+
+
+def test_a_send_nobody_receives_is_still_found_beside_a_receive_from_any(tmp_path):
+    report = _analyse(tmp_path, {0: make_dump(ops(2, backend="nccl2") + [_p2p("send 0->1"), _p2p("send 0->1", 2)]),
+                                 1: make_dump(ops(2, backend="nccl2") + [_p2p("recv 1<-?")])})
+    assert report["verdict"] == "desync" and report["culprit_ranks"] == [1]

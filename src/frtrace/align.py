@@ -19,6 +19,8 @@ from .groups import GroupTable
 from .types import Dump, Entry, EntryColumns, Group, Kind, recode
 
 _P2P_NAME = re.compile(r"^(send|recv)\s*(\d+)\s*(->|<-)\s*(\d+)")
+_RECV_ANY = re.compile(r"^recv\s*(\d+)\s*<-\s*\?")
+ANY_SOURCE = -1  # the src of a receive-from-any
 _TRACKING_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "xccl", "hccl", "mccl"})
 
 
@@ -182,6 +184,8 @@ def _unit_track(rank: int, group: Group, entries: list[Entry], member: bool, not
                 kind, a, arrow, b = parsed.group(1), int(parsed.group(2)), parsed.group(3), int(parsed.group(4))
                 local_src, local_dst = (a, b) if arrow == "->" else (b, a)
                 src, dst = group.global_rank(local_src), group.global_rank(local_dst)
+            elif (any_source := _RECV_ANY.match(entry.op)) is not None:  # "recv 3<-?": from whoever sends
+                kind, src, dst = "recv", ANY_SOURCE, group.global_rank(int(any_source.group(1)))
             if src is None or dst is None:
                 notes.append(f"rank {rank}: p2p op {entry.op!r} in {group.label} names no rank of the group; not matched")
             else:

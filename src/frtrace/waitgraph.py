@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import ne
 
-from .align import GroupView, P2POp, Track, ranks_word, unit_label, unit_state
+from .align import ANY_SOURCE, GroupView, P2POp, Track, ranks_word, unit_label, unit_state
 from .groups import GroupTable
 from .types import Dump, Entry, Finding, Group
 
@@ -134,7 +134,9 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
         for track in view.tracks.values():
             for op in track.p2p:
                 (sends if op.kind == "send" else recvs)[(op.src, op.dst)].append(op)
-        for pair in sorted(set(sends) | set(recvs)):
+        any_recvs = {dst: ops for (src, dst), ops in recvs.items() if src == ANY_SOURCE}
+        pending_any = {dst: [o for o in ops if not (tracking.get(dst) and o.state == "completed")] for dst, ops in any_recvs.items()}
+        for pair in sorted(p for p in set(sends) | set(recvs) if p[0] != ANY_SOURCE):
             src, dst = pair
             if src not in dumps or dst not in dumps:
                 continue
@@ -156,6 +158,19 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
                         "a pair cannot tell which side is wrong", decided=False))
                     break
             extra = out[len(into):] or into[len(out):]
+            if extra and extra[0].kind == "send" and pending_any.get(dst):
+                # receives-from-any on the destination take the sends no named recv took, in order;
+                # where sends from several ranks wait for them, which one each takes cannot be told
+                sources = {src} | {s for (s, d), ops in sends.items() if d == dst and s != src and ops}
+                if len(sources) > 1:
+                    findings.append(Finding(
+                        "p2p_unmatched", view.group, None, extra[0].entry.p2p_seq_id, extra[0].entry.op, (), (src, dst),
+                        f"rank {dst} posted receive(s) from any rank, and ranks {', '.join(map(str, sorted(sources)))} send "
+                        "to it: which send each took cannot be told", decided=False))
+                    continue
+                taken = min(len(extra), len(pending_any[dst]))
+                del pending_any[dst][:taken]
+                extra = extra[taken:]
             if extra:
                 first = extra[0]
                 absent = first.peer
@@ -190,7 +205,14 @@ class WaitGraph:
             if blocker.p2p is not None:
                 key = ("p2p", blocker.group.key, blocker.p2p.src, blocker.p2p.dst, blocker.entry.p2p_seq_id, rank)
                 peer = blocker.p2p.peer
-                if id(blocker.p2p) in unmatched:
+                if peer == ANY_SOURCE:  # a receive-from-any waits for whoever sends to it
+                    view = views[blocker.group.key]
+                    if any(op.kind == "send" and op.dst == rank for track in view.tracks.values() for op in track.p2p):
+                        self.joined_by_all[rank] = blocker
+                        continue
+                    awaited = tuple(r for r in view.group.ranks if r != rank)
+                    self.weak.add(key)
+                elif id(blocker.p2p) in unmatched:
                     awaited = (peer,)
                 elif peer not in dumps:
                     awaited = (peer,)
