@@ -90,3 +90,28 @@ def test_a_send_nobody_receives_is_still_found_beside_a_receive_from_any(tmp_pat
     report = _analyse(tmp_path, {0: make_dump(ops(2, backend="nccl2") + [_p2p("send 0->1"), _p2p("send 0->1", 2)]),
                                  1: make_dump(ops(2, backend="nccl2") + [_p2p("recv 1<-?")])})
     assert report["verdict"] == "desync" and report["culprit_ranks"] == [1]
+
+
+def test_a_recorder_reset_is_read_as_a_dump_that_lost_its_older_ops(tmp_path):
+    # 4 ranks (NCCL layout, pg_config lists tp = all 4): 3 tp all_reduces, then 4 world all_reduces.
+    # Rank 1 called reset_fr_trace() after its tp ops: its dump counts records from 0 again and
+    # holds only world #3-#4. It did issue the tp ops; it must not read as a rank that skipped them.
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+              "1": {"name": "1", "desc": "tp", "ranks": "[0, 1, 2, 3]"}}
+
+    def job(rank: int) -> dict:
+        tp = [entry(pg="1", desc="tp", seq=s, backend="nccl", state="completed") for s in range(1, 4)]
+        world = [entry(seq=s, backend="nccl", state="completed") for s in range(1, 5)]
+        return make_dump(world[2:] if rank == 1 else tp + world, pg_config=config)
+    dumps = {r: job(r) for r in range(4)}
+    report = _analyse(tmp_path, dumps)
+    assert report["verdict"] == "clean", report["headline"]
+    dump = normalize(dumps[1], 1, "x", "pickle")
+    assert dump.restarted and dump.wrapped and any("recorder was reset" in n for n in dump.notes)
+    assert not normalize(dumps[0], 0, "x", "pickle").restarted
+
+
+def test_process_wide_seq_ids_after_a_reset_are_not_renumbered():
+    raw = make_dump([entry(pg="0" if s % 2 else "1", desc="default_pg" if s % 2 else "tp", seq=s) for s in range(21, 27)])
+    dump = normalize(raw, 0, "x", "pickle")
+    assert dump.restarted and _seqs(dump) == list(range(21, 27))

@@ -424,6 +424,7 @@ class CompactDump:
     stacks: tuple[tuple[Frame, ...], ...]
     notes: tuple[str, ...]
     health: tuple[tuple[str, bool, str], ...] = ()
+    restarted: bool = False
 
 
 _FAILED = {"fail", "failed", "failure", "error", "unhealthy", "bad", "down", "false"}
@@ -498,7 +499,11 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
             entries = EntryColumns.from_entries(rank, [normalizer.entry(e, i) for i, e in enumerate(raw_entries)])
         except _BadEntry as exc:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
-    if _renumber_process_wide_seq(entries):
+    restarted = _restarted(entries)
+    if restarted:
+        normalizer.notes.append("record ids start at 0 but a group's first op in the dump is past its #1: the recorder "
+                                "was reset (reset_fr_trace), older ops are not in the dump; read as a wrapped buffer")
+    if not restarted and _renumber_process_wide_seq(entries):
         normalizer.notes.append("collective seq ids count every op of the process, not of each group (a torchcomms "
                                 "recorder): renumbered per group in buffer order")
     elif _process_wide_seq(entries):
@@ -512,7 +517,29 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
     configs = normalizer.group_configs(raw_configs)
     health = health_checks(raw.get("health_check_results")) if isinstance(raw, dict) else ()
     return CompactDump(rank, path, file_format, version, entries, configs, stacks, tuple(normalizer.notes + normalizer.drop_notes()),
-                       health)
+                       health, restarted)
+
+
+def _restarted(entries: EntryColumns) -> bool:
+    """Whether the buffer starts at record 0 yet a group's first collective in it is past #1
+    (every group's counter starts at 1 when the group is made): the recorder was reset since.
+    With a process-wide counter (torchcomms) only the first op of the dump is checked: the
+    process's first op is #1. A kind's first entry is found in C (bytes.index / list.index)."""
+    if not len(entries) or entries.record_id[0] != 0:
+        return False
+    codes = entries.kind if isinstance(entries.kind, bytes) else list(entries.kind)
+    first_of_group: dict[str, int] = {}
+    for code, kind in enumerate(entries.kinds):
+        if kind.is_p2p:
+            continue
+        index = codes.index(code)
+        if index < first_of_group.get(kind.pg_name, index + 1):
+            first_of_group[kind.pg_name] = index
+    if not first_of_group:
+        return False
+    if _process_wide_seq(entries):
+        return entries.collective_seq_id[min(first_of_group.values())] > 1
+    return any(entries.collective_seq_id[i] > 1 for i in first_of_group.values())
 
 
 def _process_wide_seq(entries: EntryColumns) -> bool:
@@ -599,7 +626,7 @@ class _Shared:
         entries.states = tuple(self.values.setdefault(s, s) for s in entries.states)
         group_configs = tuple(self.values.setdefault(c, c) for c in part.group_configs)
         return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes,
-                    part.health)
+                    part.health, part.restarted)
 
 
 def read_dump(path: str, rank: int) -> Dump:

@@ -232,6 +232,7 @@ class Dump:
     stacks: tuple[tuple[Frame, ...], ...] = ()
     notes: tuple[str, ...] = ()  # oddities worth a warning that did not stop the load
     health: tuple[tuple[str, bool, str], ...] = ()  # (check, passed, what it said): NVRx health_check_results
+    restarted: bool = False  # reset_fr_trace(): records count from 0 again, older ops are gone
 
     @property
     def wrapped(self) -> bool:
@@ -239,12 +240,13 @@ class Dump:
 
         record_id counts every record the process made; a first record_id above 0 means the
         buffer no longer holds the oldest. Without record_id (formats before 1.4) we cannot tell
-        and assume it wrapped, which only makes the analysis more careful.
+        and assume it wrapped, which only makes the analysis more careful. A recorder reset
+        (`restarted`) drops the older entries too.
         """
         if not len(self.entries):
             return False
         first = self.entries.record_id[0]
-        return first is None or first > 0
+        return first is None or first > 0 or self.restarted
 
 
 @dataclass(frozen=True, slots=True)
