@@ -141,7 +141,6 @@ def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
     issued: dict[int, list[tuple[Op, str]]] = {r: [] for r in job.programs}
     seq: dict[tuple[int, str], int] = {}
     waiting: dict[tuple, set[int]] = {}  # (group, seq) -> ranks that issued it
-    p2p_posted: dict[tuple, list[int]] = {}  # (src, dst, group) -> sends/recvs outstanding (+1 send, -1 recv)
     blocked: dict[int, tuple] = {}
     progress = True
     while progress:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, generated_job, entry, make_dump, ops, write_dumps
+from conftest import FIXTURES, generated_job, make_dump, ops, write_dumps
 from frtrace import cli
 from frtrace.cli import main
 

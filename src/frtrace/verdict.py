@@ -95,7 +95,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
                         f"{count_of(matched, 'collective')} matched; no desync")
             if missing:
                 headline += f" (no dump from {ranks_word(missing)}, and nobody waits for it)"
-            evidence = [f"every collective matched on every member that issued it; nobody waits for another rank"]
+            evidence = ["every collective matched on every member that issued it; nobody waits for another rank"]
 
     for rank in sorted(set(culprits)):
         failed = [check for check, passed, _ in (dumps[rank].health if rank in dumps else ()) if not passed]
