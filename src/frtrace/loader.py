@@ -499,14 +499,16 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
             entries = EntryColumns.from_entries(rank, [normalizer.entry(e, i) for i, e in enumerate(raw_entries)])
         except _BadEntry as exc:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
-    restarted = _restarted(entries)
+    process_wide = _process_wide_seq(entries)
+    restarted = _restarted(entries, process_wide)
     if restarted:
         normalizer.notes.append("record ids start at 0 but a group's first op in the dump is past its #1: the recorder "
                                 "was reset (reset_fr_trace), older ops are not in the dump; read as a wrapped buffer")
-    if not restarted and _renumber_process_wide_seq(entries):
+    if process_wide and not restarted and entries.record_id[0] == 0:  # the buffer holds the process's first op
+        _renumber_per_group(entries)
         normalizer.notes.append("collective seq ids count every op of the process, not of each group (a torchcomms "
                                 "recorder): renumbered per group in buffer order")
-    elif _process_wide_seq(entries):
+    elif process_wide:
         normalizer.notes.append("collective seq ids count every op of the process (a torchcomms recorder) and the "
                                 "buffer wrapped: groups cannot be aligned by order; seq ids kept as written")
     if _completion_from_retired(entries, raw_entries):
@@ -520,7 +522,7 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
                        health, restarted)
 
 
-def _restarted(entries: EntryColumns) -> bool:
+def _restarted(entries: EntryColumns, process_wide: bool) -> bool:
     """Whether the buffer starts at record 0 yet a group's first collective in it is past #1
     (every group's counter starts at 1 when the group is made): the recorder was reset since.
     With a process-wide counter (torchcomms) only the first op of the dump is checked: the
@@ -537,7 +539,7 @@ def _restarted(entries: EntryColumns) -> bool:
             first_of_group[kind.pg_name] = index
     if not first_of_group:
         return False
-    if _process_wide_seq(entries):
+    if process_wide:
         return entries.collective_seq_id[min(first_of_group.values())] > 1
     return any(entries.collective_seq_id[i] > 1 for i in first_of_group.values())
 
@@ -562,12 +564,10 @@ def _process_wide_seq(entries: EntryColumns) -> bool:
     return any(b - a > 1 for seqs in groups.values() for a, b in zip(seqs, seqs[1:]))
 
 
-def _renumber_process_wide_seq(entries: EntryColumns) -> bool:
+def _renumber_per_group(entries: EntryColumns) -> None:
     """Per-group seq ids (1, 2, ... in buffer order) for a dump whose seq ids count the whole
-    process, where the buffer holds the process's first op (record_id 0): True if renumbered.
-    Ops sharing a seq id (a coalesced group) keep sharing the new one."""
-    if not len(entries) or entries.record_id[0] != 0 or not _process_wide_seq(entries):
-        return False
+    process and whose buffer holds the process's first op. Ops sharing a seq id (a coalesced
+    group) keep sharing the new one."""
     next_seq: dict[str, int] = {}
     seen: dict[int, int] = {}
     renumbered = []
@@ -580,7 +580,6 @@ def _renumber_process_wide_seq(entries: EntryColumns) -> bool:
             seen[seq] = next_seq[kind.pg_name] = next_seq.get(kind.pg_name, 0) + 1
         renumbered.append(seen[seq])
     entries.collective_seq_id = int_column(renumbered)
-    return True
 
 
 _retired_of = methodcaller("get", "retired")
