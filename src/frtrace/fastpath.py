@@ -32,6 +32,14 @@ def split_profiling_name(name: str) -> tuple[str, str]:
     return (sys.intern(backend), sys.intern(op.strip())) if sep else ("", sys.intern(name.strip()))
 
 
+def clean_text(text: str) -> str:
+    """A dump's string as frtrace keeps it, on both loader paths: at most MAX_TEXT characters,
+    nothing a terminal acts on (errors.printable), interned (a dump repeats a few names)."""
+    if len(text) > MAX_TEXT:
+        text = text[:MAX_TEXT] + "..."
+    return sys.intern(printable(text))
+
+
 def dtype_name(raw: str) -> str:
     """Version 2.0 wrote C++ names ("float"); later ones "Float". One spelling for both."""
     return sys.intern(DTYPE_NAMES.get(raw.lower(), raw))
@@ -149,7 +157,7 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
         return None
     return EntryColumns(
         rank, tuple(kinds), code_column(map(code_of.__getitem__, keys), len(kinds)),
-        tuple(sys.intern(printable(state)) for state in state_of), code_column(map(state_of.__getitem__, states), len(state_of)),
+        tuple(map(clean_text, state_of)), code_column(map(state_of.__getitem__, states), len(state_of)),
         *numbers, stack_ids,
     )
 
@@ -169,10 +177,10 @@ def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dt
     if not all(isinstance(d, (list, tuple)) for d in (dtypes_in, dtypes_out)) or not all(
             type(t) is str and len(t) <= MAX_TEXT for t in texts):
         return None
-    backend, op = split_profiling_name(printable(name))
-    return Kind(sys.intern(printable(group[0])), sys.intern(printable(group[1])), op, backend, is_p2p or is_p2p_name(op),
+    backend, op = split_profiling_name(clean_text(name))
+    return Kind(clean_text(group[0]), clean_text(group[1]), op, backend, is_p2p or is_p2p_name(op),
                 shapes[0], shapes[1],
-                tuple(dtype_name(printable(d)) for d in dtypes_in), tuple(dtype_name(printable(d)) for d in dtypes_out))
+                tuple(dtype_name(clean_text(d)) for d in dtypes_in), tuple(dtype_name(clean_text(d)) for d in dtypes_out))
 
 
 def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array | None:
@@ -199,7 +207,7 @@ def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array |
                 return None
             known = by_fields.get(fields)
             if known is None:
-                stack = tuple(Frame(printable(n), printable(f), ln) for n, f, ln in fields)
+                stack = tuple(Frame(clean_text(n), clean_text(f), ln) for n, f, ln in fields)
                 known = by_fields[fields] = stacks.setdefault(stack, len(stacks))
             by_object[id(frame_list)] = known
         ids.append(known)

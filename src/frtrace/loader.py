@@ -27,7 +27,7 @@ from . import fastpath
 from . import workers as worker_processes
 from .discover import HEAD_BYTES, Discovery, DumpFile, sniff
 from .errors import DumpError, InternalError, display_path, printable
-from .fastpath import dtype_name, is_p2p_name, split_profiling_name
+from .fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
 from .limits import MAX_DIMS, MAX_DUMP_BYTES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT, bounded_memory
 from .runs import make_runs
 from .types import Dump, Entry, EntryColumns, Frame, GroupConfig, LoadResult, SkippedFile, code_column, int_column
@@ -218,7 +218,7 @@ class _Normalizer:
             raise _BadEntry(f"{where}: '{key}' is missing")
         if not isinstance(value, str):
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a string belongs")
-        return _clean(value)
+        return clean_text(value)
 
     def shapes_of(self, raw: dict, key: str, where: str) -> tuple:
         value = raw.get(key, ...)
@@ -252,7 +252,7 @@ class _Normalizer:
         if found is ...:
             ok = (type(value) in (list, tuple) and len(value) <= MAX_SHAPES
                   and all(type(d) is str and len(d) <= MAX_TEXT for d in value))
-            found = self.dtypes[id(value)] = tuple(_clean(dtype_name(d)) for d in value) if ok else None
+            found = self.dtypes[id(value)] = tuple(dtype_name(clean_text(d)) for d in value) if ok else None
         if found is None:
             raise _BadEntry(f"{where}: '{key}' is {_shown(value)} where a list of dtype names belongs")
         return found
@@ -277,7 +277,7 @@ class _Normalizer:
                 self.drop("frames", f"{where}: a frame holds {_shown(name)}, {_shown(filename)}, {_shown(line)} "
                                     "where a name, a file name and a line number belong")
                 return -1
-            stack.append(Frame(_clean(name), _clean(filename), line))
+            stack.append(Frame(clean_text(name), clean_text(filename), line))
         known = self.stack_of[id(frames)] = self.stacks.setdefault(tuple(stack), len(self.stacks))
         return known
 
@@ -292,7 +292,7 @@ class _Normalizer:
         pg_id = raw.get("pg_id")
         group = raw.get("process_group")
         if isinstance(group, (list, tuple)) and len(group) == 2 and all(isinstance(g, str) for g in group):
-            pg_name, pg_desc = _clean(group[0]), _clean(group[1])
+            pg_name, pg_desc = clean_text(group[0]), clean_text(group[1])
         elif group is None and type(pg_id) is int and 0 <= pg_id <= MAX_INT:
             pg_name, pg_desc = sys.intern(str(pg_id)), ""
         else:
@@ -350,7 +350,7 @@ class _Normalizer:
             if not isinstance(name, str) or not isinstance(desc, str):
                 self.notes.append(f"pg_config has a group named {_shown(name)} ({_shown(desc)}), not text; ignored")
                 continue
-            name, desc = _clean(name), _clean(desc)
+            name, desc = clean_text(name), clean_text(desc)
             if isinstance(ranks, str):
                 parsed = _parse_ranks_text(ranks) if len(ranks) <= 8 * MAX_RANK else None
                 if parsed is None:
@@ -366,13 +366,6 @@ class _Normalizer:
                 continue
             configs.append(GroupConfig(name, desc, tuple(sorted(set(ranks)))))
         return tuple(configs)
-
-
-def _clean(text: str) -> str:
-    """A dump's string as frtrace keeps it: at most MAX_TEXT characters, nothing a terminal acts on."""
-    if len(text) > MAX_TEXT:
-        text = text[:MAX_TEXT] + "..."
-    return sys.intern(printable(text))
 
 
 @lru_cache(maxsize=256)
@@ -444,20 +437,20 @@ def health_checks(raw: Any) -> tuple[tuple[str, bool, str], ...]:
         if isinstance(value, bool):
             return value, "passed" if value else "failed"
         if isinstance(value, str):
-            return value.strip().lower() not in _FAILED, _clean(value[:80])
+            return value.strip().lower() not in _FAILED, clean_text(value[:80])
         if isinstance(value, dict):
             message = next((value[k] for k in ("detail", "message", "error", "reason") if isinstance(value.get(k), str)), "")
             for flag in ("passed", "healthy", "ok", "success"):
                 if isinstance(value.get(flag), bool):
-                    return value[flag], f"{flag}={value[flag]}" + (f": {_clean(message[:120])}" if message else "")
+                    return value[flag], f"{flag}={value[flag]}" + (f": {clean_text(message[:120])}" if message else "")
             status = value.get("status")
             if isinstance(status, str):
-                return status.strip().lower() not in _FAILED, _clean(status[:80])
+                return status.strip().lower() not in _FAILED, clean_text(status[:80])
         return None
 
     def label(key: Any) -> str:
         if isinstance(key, str):
-            return _clean(key[:80])
+            return clean_text(key[:80])
         return str(key) if isinstance(key, int) and abs(key) < 10**18 else "?"
 
     for key, value in islice(raw.items(), _MAX_CHECKS):
