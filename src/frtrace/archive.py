@@ -13,11 +13,10 @@ import stat
 import tarfile
 import zipfile
 from collections.abc import Iterator
-from dataclasses import replace
 from zlib import error as zlib_error
 from typing import IO
 
-from .discover import HEAD_BYTES, Discovery, DumpFile, finish, sniff, split_name
+from .discover import HEAD_BYTES, Discovery, DumpFile, finish, placed, sniff, split_name
 from .errors import UsageError, display_path
 from .limits import MAX_DUMP_BYTES
 from .types import SkippedFile
@@ -46,6 +45,7 @@ def read_archive(path: str, prefix: str | None = None) -> tuple[Discovery, dict[
     skipped: list[SkippedFile] = []
     ignored: list[SkippedFile] = []
     contents: dict[str, bytes] = {}
+    found: list[tuple[str, str, tuple, str | None, bool]] = []  # placed once the common top folder is known
     total = 0
     for count, (name, size, kind, open_member) in enumerate(_members(path)):
         printable = display_path(f"{path}!{name}")
@@ -86,21 +86,13 @@ def read_archive(path: str, prefix: str | None = None) -> tuple[Discovery, dict[
             skipped.append(SkippedFile(printable, f"more than the {MAX_DUMP_BYTES >> 20} MiB a dump can hold; not read"))
             continue
         total += len(data)
-        prefix_of, rank, guessed, stem = parts
         shown = f"{path}!{name}"
         contents[shown] = data
-        (candidates if data else empty).append(DumpFile(shown, rank, prefix_of, file_format or guessed, stem, name))
-    top = _common_top(f.where for f in candidates + empty)
-    candidates, empty = ([_placed(f, top) for f in files] for files in (candidates, empty))
+        found.append((shown, name, parts, file_format, bool(data)))
+    top = _common_top(name for _, name, _, _, _ in found)  # one folder around everything says nothing about hosts
+    for shown, name, parts, file_format, has_data in found:
+        (candidates if has_data else empty).append(placed(shown, name[len(top):], parts, file_format))
     return finish(candidates, empty, skipped, ignored), contents
-
-
-def _placed(dump_file: DumpFile, top: str) -> DumpFile:
-    """Where a member sits under the archive's one top folder, and the host its folder shows."""
-    where = dump_file.where[len(top):]
-    folder = os.path.dirname(where)
-    stem = os.path.join(folder, os.path.basename(dump_file.stem))
-    return replace(dump_file, where=where, stem=stem, host=folder.split("/")[0] or None)
 
 
 def _members(path: str) -> Iterator[tuple[str, int, str, object]]:

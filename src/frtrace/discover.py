@@ -70,6 +70,16 @@ def _kind_of(mode: int) -> str | None:
     return "not a regular file"
 
 
+def placed(path: str, where: str, parts: tuple[str, int, str, str], file_format: str | None = None) -> DumpFile:
+    """The DumpFile known as `path` that sits at `where` under the dump folder or archive, with
+    `parts` from split_name: its stem keeps its folder (a pickle and its JSON twin share both), its
+    host is its first folder (node-a/nccl_trace_rank_3)."""
+    prefix, rank, guessed, stem = parts
+    folder = os.path.dirname(where)
+    return DumpFile(path, rank, prefix, file_format or guessed, os.path.join(folder, stem), where,
+                    folder.replace(os.sep, "/").split("/")[0] or None)
+
+
 def split_name(name: str, prefix: str | None) -> tuple[str, int, str, str] | str:
     """(prefix, rank, format guessed from the suffix, stem) of a dump-like name, else the reason
     the name is not one. The rank is the name's trailing number; `prefix` must occur somewhere in
@@ -148,9 +158,7 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
         if kind is not None:
             skipped.append(SkippedFile(printable, f"{kind}; not read"))
             continue
-        file_prefix, rank, guessed, stem = parts
-        folder = os.path.dirname(where)
-        dump_file = DumpFile(path, rank, file_prefix, guessed, os.path.join(folder, stem), where, folder.split(os.sep)[0] or None)
+        dump_file = placed(path, where, parts)
         if not head:
             empty.append(dump_file)
             continue
