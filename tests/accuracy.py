@@ -3,7 +3,7 @@
     python tests/accuracy.py --jobs 3000 [--seed 0]
 
 About 40% of the jobs without pipeline p2p are written in the gloo layout (no completion states,
-placeholder pg_config: membership inferred). Prints, per fault kind, how many jobs frtrace got right (culprits = the faulted rank), called
+placeholder pg_config: membership inferred), 30% with a torchcomms recorder's process-wide seq ids. Prints, per fault kind, how many jobs frtrace got right (culprits = the faulted rank), called
 inconclusive, missed (CLEAN: the fault left no desync in the dumps) or got wrong (named an innocent
 rank); exits 1 when any is wrong, listing the first few with their seeds.
 """
@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import jobgen  # noqa: E402
+from frtrace.anchor import anchor_relative_seqs  # noqa: E402
 from frtrace.groups import resolve_groups  # noqa: E402
 from frtrace.loader import normalize  # noqa: E402
 from frtrace.matcher import analyze  # noqa: E402
@@ -32,11 +33,14 @@ def run_job(seed: int, fault: str):
     """(outcome, job, analysis) of one random job."""
     rng = random.Random(seed)
     job = jobgen.make_job(rng, fault)
-    job.gloo = not job.p2p and rng.random() < 0.4  # gloo records no send/recv
-    raw = jobgen.dumps_of(job, jobgen.simulate(job), rng, gloo=job.gloo)
+    layout = rng.random()
+    job.gloo = not job.p2p and layout < 0.4  # gloo records no send/recv
+    job.torchcomms = not job.p2p and 0.4 <= layout < 0.7
+    raw = jobgen.dumps_of(job, jobgen.simulate(job), rng, gloo=job.gloo, torchcomms=job.torchcomms)
     dumps = {rank: normalize(d, rank, f"nccl_trace_rank_{rank}", "pickle") for rank, d in sorted(raw.items())}
     table = resolve_groups(dumps, frozenset(dumps))
-    analysis = analyze(dumps, table)
+    anchoring = anchor_relative_seqs(dumps, table)
+    analysis = analyze(dumps, table, anchoring=anchoring)
     culprits = set(analysis.culprit_ranks)
     if analysis.verdict == "inconclusive":
         outcome = "inconclusive"
@@ -58,6 +62,8 @@ def measure(jobs: int, seed: int) -> tuple[dict[str, Counter], list[str]]:
         outcome, job, analysis = run_job(job_seed, fault)
         counts[fault][outcome] += 1
         counts[fault]["gloo"] += job.gloo
+        counts[fault]["torchcomms"] += job.torchcomms
+        counts[fault][f"torchcomms {outcome}"] += job.torchcomms
         if outcome == "wrong" and len(wrong) < 10:
             wrong.append(f"seed {job_seed} ({fault}, rank {job.faulted} of {job.world}): {analysis.headline}")
     return counts, wrong
@@ -70,12 +76,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     started, cpu = time.monotonic(), time.process_time()
     counts, wrong = measure(args.jobs, args.seed)
-    print(f"| fault | jobs (gloo layout) | {' | '.join(OUTCOMES)} |")
+    print(f"| fault | jobs (gloo, torchcomms layout) | {' | '.join(OUTCOMES)} |")
     print(f"|---|---|{'---|' * len(OUTCOMES)}")
     for fault, c in counts.items():
-        print(f"| {fault} | {sum(c[o] for o in OUTCOMES)} ({c['gloo']}) | {' | '.join(str(c[o]) for o in OUTCOMES)} |")
+        print(f"| {fault} | {sum(c[o] for o in OUTCOMES)} ({c['gloo']}, {c['torchcomms']}) | {' | '.join(str(c[o]) for o in OUTCOMES)} |")
     total = sum(counts.values(), Counter())
-    print(f"| all | {sum(total[o] for o in OUTCOMES)} ({total['gloo']}) | {' | '.join(str(total[o]) for o in OUTCOMES)} |")
+    print(f"| all | {sum(total[o] for o in OUTCOMES)} ({total['gloo']}, {total['torchcomms']}) | {' | '.join(str(total[o]) for o in OUTCOMES)} |")
     print(f"\n{args.jobs} jobs, seed {args.seed}, {time.monotonic() - started:.0f} s wall, {time.process_time() - cpu:.0f} s CPU")
     for line in wrong:
         print("WRONG:", line)

@@ -55,6 +55,7 @@ class Job:
     dead: set[int] = field(default_factory=set)  # ranks that leave no dump
     p2p: bool = False  # the job has pipeline sends and recvs
     gloo: bool = False  # its dumps are written in the gloo layout (set by the caller)
+    torchcomms: bool = False  # its dumps count collective seq ids per process (set by the caller; no p2p)
 
 
 def _layout(rng: random.Random) -> tuple[int, int, int]:
@@ -188,12 +189,14 @@ def _complete(ops: list[tuple[Op, str]]) -> None:
     ops[-1] = (ops[-1][0], "completed")
 
 
-def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Random, gloo: bool = False) -> dict[int, dict]:
+def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Random, gloo: bool = False,
+             torchcomms: bool = False) -> dict[int, dict]:
     """The NCCL-layout dump each living rank writes; some buffers keep only their last entries.
 
     gloo=True writes what PyTorch 2.13's gloo recorder writes instead: every entry "scheduled" and
     retired, with no duration (no completion tracking), and the placeholder pg_config, so
-    membership must be inferred."""
+    membership must be inferred. torchcomms=True numbers collectives with one counter per process
+    (shared/format.md: a torchcomms recorder), for jobs without p2p."""
     result = {}
     for rank, ops in issued.items():
         if rank in job.dead:
@@ -203,6 +206,8 @@ def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Rand
             g = op.group
             if op.kind == "coll":
                 coll_seq[g.name] = coll_seq.get(g.name, 0) + 1
+                if torchcomms:
+                    coll_seq[g.name] = coll_seq["process"] = coll_seq.get("process", 0) + 1
                 name = op.name
             else:
                 p2p_seq[g.name] = p2p_seq.get(g.name, 0) + 1
@@ -223,6 +228,8 @@ def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Rand
             })
         if rng.random() < 0.3 and len(entries) > 24:  # a ring buffer that wrapped
             entries = entries[-rng.randint(24, len(entries)):]
+        elif torchcomms and len(entries) > 6 and rng.random() < 0.5:  # short jobs: wrap their buffers too
+            entries = entries[-rng.randint(len(entries) // 2, len(entries) - 1):]
         result[rank] = {
             "version": "2.10", "comm_lib_version": "2.27.5",
             "pg_config": {"": {"name": "", "desc": "", "ranks": "[]"}} if gloo else

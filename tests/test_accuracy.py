@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 import accuracy
-from frtrace import waitgraph
+from frtrace import anchor, waitgraph
 
 JOBS = 600  # 100 per fault kind, about 2 s
 
@@ -18,10 +18,14 @@ def test_random_faulty_jobs_never_blame_an_innocent_rank():
     assert wrong == [], wrong
     total = sum(counts.values(), Counter())
     assert total["wrong"] == 0 and sum(total[o] for o in accuracy.OUTCOMES) == JOBS and total["gloo"] > 50
+    assert total["torchcomms"] > 50  # process-wide seq ids, half of their buffers wrapped
     for fault in ("skip", "extra_op", "wrong_size", "missing_dump"):
-        # a miss (CLEAN) only where the faulty op fell out of a wrapped ring buffer
-        jobs = sum(counts[fault][o] for o in accuracy.OUTCOMES)
-        assert counts[fault]["right"] >= 0.95 * jobs and counts[fault]["wrong"] == 0, (fault, counts[fault])
+        # a miss (CLEAN) only where the faulty op fell out of a wrapped ring buffer; torchcomms jobs
+        # apart: where their groups count from the oldest op held, cycles are left undecided
+        c = counts[fault]
+        jobs = sum(c[o] for o in accuracy.OUTCOMES) - c["torchcomms"]
+        assert c["right"] - c["torchcomms right"] >= 0.95 * jobs and c["wrong"] == 0, (fault, c)
+        assert c["torchcomms right"] >= 0.6 * c["torchcomms"], (fault, c)
     assert counts["dropped_recv"]["right"] > 100 // 3  # own history decides most
     assert counts["reorder"]["right"] > 0
 
@@ -38,3 +42,16 @@ def test_without_a_rule_its_fault_is_not_found(monkeypatch, rule, fault):
         monkeypatch.setattr(waitgraph.WaitGraph, rule, lambda self, cycle_ranks: ({}, []))
     outcomes = Counter(accuracy.run_job(20261121 + i, fault)[0] for i in range(40))
     assert outcomes["right"] == 0 and outcomes["wrong"] + outcomes["inconclusive"] == 40, outcomes
+
+
+
+def test_without_lining_up_wrapped_torchcomms_dumps_innocent_ranks_are_blamed(monkeypatch):
+    """The torchcomms jobs above can fail: left as the loader numbers them (each group from the
+    oldest op each buffer holds), wrapped dumps get innocent ranks blamed."""
+    monkeypatch.setattr(accuracy, "anchor_relative_seqs", lambda dumps, table: anchor.Anchoring())
+    outcomes = Counter()
+    for i in range(300):
+        outcome, job, analysis = accuracy.run_job(20261121 + i, "skip")
+        if any("from the oldest op the buffer still holds" in note for note in analysis.warnings):
+            outcomes[outcome] += 1
+    assert outcomes["wrong"] > 10, outcomes

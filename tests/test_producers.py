@@ -30,11 +30,69 @@ def test_per_group_seq_ids_are_kept(seqs, groups):
     assert _seqs(normalize(raw, 0, "x", "pickle")) == seqs
 
 
-def test_a_wrapped_buffer_with_process_wide_seq_ids_is_kept_and_noted():
+def test_a_wrapped_buffer_with_process_wide_seq_ids_is_numbered_from_its_oldest_op():
     raw = make_dump([entry(pg="0" if s % 2 else "1", desc="default_pg" if s % 2 else "tp", seq=s) for s in range(11, 17)],
                     first_record=10)
     dump = normalize(raw, 0, "x", "pickle")
-    assert _seqs(dump) == list(range(11, 17)) and any("cannot be aligned by order" in n for n in dump.notes)
+    assert _seqs(dump) == [1, 1, 2, 2, 3, 3] and dump.relative_seqs
+    assert any("from the oldest op the buffer still holds" in n for n in dump.notes)
+    whole = make_dump([entry(pg="0" if s % 2 else "1", desc="default_pg" if s % 2 else "tp", seq=s) for s in range(1, 7)])
+    assert not normalize(whole, 0, "x", "pickle").relative_seqs  # records from 0: the groups' own numbers
+
+
+_CONFIG = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+           "1": {"name": "1", "desc": "tp", "ranks": "[0, 1]"},
+           "2": {"name": "2", "desc": "tp", "ranks": "[2, 3]"}}
+
+
+def _torchcomms_job(steps=6, skip=None, keep=7, state="completed", backend="nccl") -> dict:
+    """4 ranks, tp pairs {0,1} {2,3}, each step a tp all_reduce (ranks 1 and 3 run two) and a world
+    all_reduce, numbered by one counter per process; `skip` = (rank, step) leaves that world
+    all_reduce out, and the others wait in it. Rank 0's buffer holds all; the others' last `keep`."""
+    dumps = {}
+    for rank in range(4):
+        pg, entries = ("1", "2")[rank // 2], []
+        for step in range(steps):
+            last = step == steps - 1
+            for _ in range(1 + rank % 2):
+                entries.append(entry(pg=pg, desc="tp", state=state, backend=backend))
+            if (rank, step) != skip:
+                entries.append(entry(state="started" if skip and last and state == "completed" else state, backend=backend,
+                                     sizes=((8,),)))
+        for seq, e in enumerate(entries, start=1):
+            e["collective_seq_id"] = seq
+        first = 0 if rank == 0 else len(entries) - keep
+        dumps[rank] = make_dump(entries[first:], pg_config=_CONFIG, first_record=first)
+    return dumps
+
+
+def test_wrapped_torchcomms_dumps_are_lined_up_by_their_completed_ops(tmp_path):
+    report = _analyse(tmp_path / "skip", _torchcomms_job(skip=(2, 5)))
+    assert report["verdict"] == "desync" and report["culprit_ranks"] == [2], report["headline"]
+    assert "all_reduce #6 of default_pg" in report["headline"]  # rank 0's own numbers are the reference
+    report = _analyse(tmp_path / "healthy", _torchcomms_job())
+    assert report["verdict"] == "clean", report["headline"]
+
+
+@pytest.mark.parametrize("backend,why", [("gloo", "records no completion"), ("nccl", "where its ops start cannot be told")],
+                         ids=["no-completion-data", "nothing-completed"])
+def test_wrapped_torchcomms_dumps_without_completed_ops_are_inconclusive(tmp_path, backend, why):
+    report = _analyse(tmp_path, _torchcomms_job(skip=(2, 5), state="scheduled", backend=backend))
+    assert report["verdict"] == "inconclusive" and why in report["headline"], report["headline"]
+
+
+def test_wrapped_torchcomms_dumps_whose_completed_ops_differ_once_lined_up_are_inconclusive(tmp_path):
+    dumps = _torchcomms_job()
+    dumps[3]["entries"][0]["profiling_name"] = "nccl:broadcast"  # its oldest tp op, completed with rank 2's all_reduce
+    report = _analyse(tmp_path, dumps)
+    assert report["verdict"] == "inconclusive" and "completed different ops" in report["headline"], report["headline"]
+
+
+def test_a_wrapped_member_with_nothing_completed_starts_at_the_op_in_flight(tmp_path):
+    dumps = _torchcomms_job(skip=(2, 5))
+    dumps[1]["entries"] = dumps[1]["entries"][-3:]  # rank 1 holds its last two tp ops and the world op it waits in
+    report = _analyse(tmp_path, dumps)
+    assert report["verdict"] == "desync" and report["culprit_ranks"] == [2], report["headline"]
 
 
 def test_send_and_recv_names_are_point_to_point_whatever_is_p2p_says():
@@ -111,7 +169,23 @@ def test_a_recorder_reset_is_read_as_a_dump_that_lost_its_older_ops(tmp_path):
     assert not normalize(dumps[0], 0, "x", "pickle").restarted
 
 
-def test_process_wide_seq_ids_after_a_reset_are_not_renumbered():
+def test_process_wide_seq_ids_after_a_reset_are_numbered_from_the_oldest_op():
     raw = make_dump([entry(pg="0" if s % 2 else "1", desc="default_pg" if s % 2 else "tp", seq=s) for s in range(21, 27)])
     dump = normalize(raw, 0, "x", "pickle")
-    assert dump.restarted and _seqs(dump) == list(range(21, 27))
+    assert dump.restarted and dump.relative_seqs and _seqs(dump) == [1, 1, 2, 2, 3, 3]
+
+
+def test_a_wrong_size_at_a_groups_first_op_in_a_wrapped_buffer_is_found(tmp_path):
+    # rank 2's buffer wrapped: it starts with a tp op, then world #4 with other sizes. Only the
+    # buffer's oldest entry can be the tail of a cut coalesced group; world #4 is compared.
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"},
+              "1": {"name": "1", "desc": "tp", "ranks": "[0, 1, 2]"}}
+
+    def job(rank: int) -> dict:
+        entries = []
+        for s in range(1, 5):
+            entries.append(entry(pg="1", desc="tp", seq=s, backend="nccl", state="completed"))
+            entries.append(entry(seq=s, backend="nccl", state="completed", sizes=((16,),) if (rank, s) == (2, 4) else ((8,),)))
+        return make_dump(entries[6:] if rank == 2 else entries, pg_config=config, first_record=6 if rank == 2 else 0)
+    report = _analyse(tmp_path, {r: job(r) for r in range(3)})
+    assert report["verdict"] == "desync" and report["culprit_ranks"] == [2], report["headline"]

@@ -220,8 +220,10 @@ class GroupView:
     a seq id where every issuer holds the reference's kind, with no size rule broken, is
     `agreed`, and needs no check entry by entry."""
 
-    def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump], codes: Codes) -> None:
+    def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump], codes: Codes,
+                 own_numbers: bool = True) -> None:
         self.group = group
+        self.own_numbers = own_numbers  # False: #n counts from the oldest op held (anchor.py), not comparable with siblings
         self.codes = codes
         self.tracks = tracks  # in rank order
         self.size = len(group.ranks)
@@ -242,7 +244,9 @@ class GroupView:
         for rank, track in tracks.items():
             dump = dumps.get(rank)
             if dump is not None and dump.wrapped and track.first_seq is not None:
-                self.cut[rank] = track.first_seq
+                first = track.unit(track.first_seq)
+                if not first or first[0].index == 0:  # the buffer's oldest entry: what came before it is gone
+                    self.cut[rank] = track.first_seq
         self._lasts = sorted((last, rank) for rank, last in self.known_last.items())
         self._last_values = [last for last, _ in self._lasts]
         self._collective = [(r, t) for r, t in tracks.items() if t.first_seq is not None]

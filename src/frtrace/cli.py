@@ -20,6 +20,7 @@ from .archive import is_archive, read_archive
 from .builder import build_database, write_database
 from .discover import find_dump_files
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
+from .anchor import anchor_relative_seqs
 from .groups import resolve_groups
 from .loader import load_dumps
 from .matcher import analyze, format_ranks
@@ -212,7 +213,8 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                                              pg_filters=options.pg_filters))
         return EXIT_CLEAN
 
-    analysis = analyze(loaded.dumps, table, notes=loaded.notes)
+    anchoring = anchor_relative_seqs(loaded.dumps, table)
+    analysis = analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring)
     status = EXIT_CLEAN if analysis.verdict == "clean" else EXIT_FOUND
     with Outputs(plans) as outputs:
         try:

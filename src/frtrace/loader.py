@@ -30,7 +30,21 @@ from .errors import DumpError, InternalError, display_path, printable
 from .fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
 from .limits import MAX_DIMS, MAX_DUMP_BYTES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT, bounded_memory
 from .runs import make_runs
-from .types import Dump, Entry, EntryColumns, Frame, GroupConfig, LoadResult, SkippedFile, code_column, int_column
+from .types import (
+    SEQ_PER_GROUP,
+    SEQ_PROCESS,
+    SEQ_PROCESS_WRAPPED,
+    SEQ_UNCLEAR,
+    Dump,
+    Entry,
+    EntryColumns,
+    Frame,
+    GroupConfig,
+    LoadResult,
+    SkippedFile,
+    code_column,
+    int_column,
+)
 
 _BOM = b"\xef\xbb\xbf"
 _RANKS_TEXT = re.compile(r"^\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]$")
@@ -418,6 +432,7 @@ class CompactDump:
     notes: tuple[str, ...]
     health: tuple[tuple[str, bool, str], ...] = ()
     restarted: bool = False
+    seq_counter: str = SEQ_PER_GROUP
 
 
 _FAILED = {"fail", "failed", "failure", "error", "unhealthy", "bad", "down", "false"}
@@ -493,17 +508,15 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
         except _BadEntry as exc:
             raise DumpError(path, f"{exc}; the dump is damaged or from an unknown writer, re-dump the rank or leave the file out") from None
     process_wide = _process_wide_seq(entries)
-    restarted = _restarted(entries, process_wide)
+    # where the values fit both readings (no gaps in view), a reset must show under both
+    restarted = _restarted(entries, bool(process_wide)) and (process_wide is not None or _restarted(entries, True))
     if restarted:
         normalizer.notes.append("record ids start at 0 but a group's first op in the dump is past its #1: the recorder "
                                 "was reset (reset_fr_trace), older ops are not in the dump; read as a wrapped buffer")
-    if process_wide and not restarted and entries.record_id[0] == 0:  # the buffer holds the process's first op
-        _renumber_per_group(entries)
-        normalizer.notes.append("collective seq ids count every op of the process, not of each group (a torchcomms "
-                                "recorder): renumbered per group in buffer order")
-    elif process_wide:
-        normalizer.notes.append("collective seq ids count every op of the process (a torchcomms recorder) and the "
-                                "buffer wrapped: groups cannot be aligned by order; seq ids kept as written")
+    counter = SEQ_UNCLEAR if process_wide is None else SEQ_PER_GROUP
+    if process_wide:
+        counter = renumber_per_group(entries, restarted)
+        normalizer.notes.append(process_counter_note(counter))
     if _completion_from_retired(entries, raw_entries):
         normalizer.notes.append("no entry is 'completed' or 'started' but some are retired and some not: completion "
                                 "read from 'retired' (a recorder with a completion hook and no start events)")
@@ -512,7 +525,7 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
     configs = normalizer.group_configs(raw_configs)
     health = health_checks(raw.get("health_check_results")) if isinstance(raw, dict) else ()
     return CompactDump(rank, path, file_format, version, entries, configs, stacks, tuple(normalizer.notes + normalizer.drop_notes()),
-                       health, restarted)
+                       health, restarted, counter)
 
 
 def _restarted(entries: EntryColumns, process_wide: bool) -> bool:
@@ -537,10 +550,11 @@ def _restarted(entries: EntryColumns, process_wide: bool) -> bool:
     return any(entries.collective_seq_id[i] > 1 for i in first_of_group.values())
 
 
-def _process_wide_seq(entries: EntryColumns) -> bool:
+def _process_wide_seq(entries: EntryColumns) -> bool | None:
     """Whether the dump's collective seq ids are one counter for the whole process: they never
     decrease along the buffer, no value is shared by two groups (per-group counters all start at
-    1), and some group's values have gaps (the other groups' ops took them)."""
+    1), and some group's values have gaps (the other groups' ops took them). None where the values
+    fit both readings: two groups or more, no value shared, none decreasing, no gap in view."""
     groups: dict[str, list[int]] = {}
     owner: dict[int, str] = {}
     last = -1
@@ -554,13 +568,14 @@ def _process_wide_seq(entries: EntryColumns) -> bool:
         groups.setdefault(kind.pg_name, []).append(seq)
     if len(groups) < 2:
         return False
-    return any(b - a > 1 for seqs in groups.values() for a, b in zip(seqs, seqs[1:]))
+    return True if any(b - a > 1 for seqs in groups.values() for a, b in zip(seqs, seqs[1:])) else None
 
 
-def _renumber_per_group(entries: EntryColumns) -> None:
+def renumber_per_group(entries: EntryColumns, restarted: bool) -> str:
     """Per-group seq ids (1, 2, ... in buffer order) for a dump whose seq ids count the whole
-    process and whose buffer holds the process's first op. Ops sharing a seq id (a coalesced
-    group) keep sharing the new one."""
+    process: the group's own numbers where the buffer holds the process's first op (SEQ_PROCESS),
+    else numbers from the oldest op the buffer holds (SEQ_PROCESS_WRAPPED, see anchor.py). Ops
+    sharing a seq id (a coalesced group) keep sharing the new one. Returns which it was."""
     next_seq: dict[str, int] = {}
     seen: dict[int, int] = {}
     renumbered = []
@@ -573,6 +588,14 @@ def _renumber_per_group(entries: EntryColumns) -> None:
             seen[seq] = next_seq[kind.pg_name] = next_seq.get(kind.pg_name, 0) + 1
         renumbered.append(seen[seq])
     entries.collective_seq_id = int_column(renumbered)
+    return SEQ_PROCESS_WRAPPED if restarted or entries.record_id[0] != 0 else SEQ_PROCESS
+
+
+def process_counter_note(counter: str) -> str:
+    return ("collective seq ids count every op of the process, not of each group (a torchcomms recorder): renumbered "
+            "per group in buffer order" + (", from the oldest op the buffer still holds (it wrapped or was reset); each "
+                                           "group is then lined up with its other members by its completed ops"
+                                           if counter == SEQ_PROCESS_WRAPPED else ""))
 
 
 _retired_of = methodcaller("get", "retired")
@@ -618,7 +641,7 @@ class _Shared:
         entries.states = tuple(self.values.setdefault(s, s) for s in entries.states)
         group_configs = tuple(self.values.setdefault(c, c) for c in part.group_configs)
         return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes,
-                    part.health, part.restarted)
+                    part.health, part.restarted, part.seq_counter)
 
 
 def read_dump(path: str, rank: int) -> Dump:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
+from .anchor import Anchoring
 from .align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
 from .compare import Checker
 from .errors import display_path
@@ -23,12 +24,16 @@ from .waitgraph import WaitGraph, blocker_of, match_p2p
 __all__ = ["analyze", "format_ranks"]
 
 
-def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()) -> Analysis:
+def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = (), anchoring: Anchoring | None = None) -> Analysis:
     """Match the collectives of every group across its ranks and name the culprit of a desync.
 
-    `notes` are earlier layers' remarks, carried into Analysis.warnings.
+    `notes` are earlier layers' remarks, carried into Analysis.warnings. `anchoring` says how
+    the seq ids of process-wide counters were lined up (anchor.py): groups numbered from the
+    oldest op held are never compared with their siblings by number, and where a group could
+    not be lined up the verdict is inconclusive, whatever the (unreliable) matching finds.
     """
-    notes = [*notes, *table.warnings]
+    anchoring = anchoring or Anchoring()
+    notes = [*notes, *anchoring.notes, *table.warnings]
     tracks_by_rank: dict[int, dict[Group, Track]] = {}
     codes = Codes(dumps)
     for rank, dump in dumps.items():
@@ -41,11 +46,11 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     views: dict[Group, GroupView] = {}
     for group in table.groups:
         members = {r: tracks_by_rank[r][group] for r in group.ranks if r in tracks_by_rank and group in tracks_by_rank[r]}
-        views[group] = GroupView(group, members, dumps, codes)
+        views[group] = GroupView(group, members, dumps, codes, own_numbers=group not in anchoring.renumbered)
     siblings: dict[tuple, list[GroupView]] = defaultdict(list)
     for view in views.values():
         desc = view.group.desc
-        if desc and desc not in ("undefined", "default_pg"):
+        if desc and desc not in ("undefined", "default_pg") and view.own_numbers:
             siblings[(desc, view.size)].append(view)
 
     findings: list[Finding] = []
@@ -80,4 +85,4 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
 
-    return conclude(dumps, table, findings, checks, graph, blockers, notes)
+    return conclude(dumps, table, findings, checks, graph, blockers, notes, anchoring.unaligned)

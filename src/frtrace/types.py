@@ -219,6 +219,13 @@ class GroupConfig:
     ranks: tuple[int, ...]
 
 
+# what a dump's collective seq ids count
+SEQ_PER_GROUP = "group"  # each group's own ops (PyTorch's recorders)
+SEQ_PROCESS = "process"  # every op of the process (torchcomms), renumbered per group from the process's first op
+SEQ_PROCESS_WRAPPED = "process, wrapped"  # the same, the buffer wrapped or was reset: numbered from its oldest op
+SEQ_UNCLEAR = "group or process"  # values that fit both (no gap in view): decided by the other dumps (anchor.py)
+
+
 @dataclass(frozen=True, slots=True)
 class Dump:
     """Everything frtrace uses from one rank's dump file."""
@@ -233,6 +240,12 @@ class Dump:
     notes: tuple[str, ...] = ()  # oddities worth a warning that did not stop the load
     health: tuple[tuple[str, bool, str], ...] = ()  # (check, passed, what it said): NVRx health_check_results
     restarted: bool = False  # reset_fr_trace(): records count from 0 again, older ops are gone
+    seq_counter: str = SEQ_PER_GROUP  # what the collective seq ids count (SEQ_*)
+
+    @property
+    def relative_seqs(self) -> bool:
+        """Seq ids count each group's ops from the oldest the buffer holds (see anchor.py)."""
+        return self.seq_counter == SEQ_PROCESS_WRAPPED
 
     @property
     def wrapped(self) -> bool:

@@ -11,7 +11,7 @@ from .types import Analysis, Entry, Finding
 from .waitgraph import WaitGraph
 
 
-def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) -> Analysis:
+def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, unaligned=()) -> Analysis:
     loaded = tuple(sorted(dumps))
     missing = tuple(r for r in table.world if r not in dumps)
     group_count = len(table.groups)
@@ -32,7 +32,13 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes) 
 
     headline = ""
 
-    if mismatches:
+    if unaligned:
+        group, why = unaligned[0]
+        verdict = "inconclusive"
+        more = f" (+{len(unaligned) - 1} more group(s))" if len(unaligned) > 1 else ""
+        headline = f"the ops of {group.label} cannot be lined up across its ranks: {why}{more}"
+        evidence = [f"undecided: {group.label}'s seq ids count every op of each process and the buffers wrapped; {why}"]
+    elif mismatches:
         first = min(mismatches, key=lambda f: _first_entry_index(f, checks))
         blame(mismatches)
         for rank in culprits:

@@ -344,8 +344,11 @@ class WaitGraph:
         ranked = sorted(ops, key=lambda k: len(self.waiters[k]), reverse=True)
         # with a send or recv in the cycle, the op most ranks wait in proves nothing: a sender
         # blocked on a dropped recv is missing from every collective after it (random jobs: 502 of
-        # 1000 dropped recvs blamed the sender before this guard)
-        if any(k[0] == "p2p" for k in ops) or (len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]])):
+        # 1000 dropped recvs blamed the sender before this guard). Nor where an op's group or a
+        # sibling counts from the oldest op held (anchor.py): program order cannot ask it, and a rank
+        # that skipped an op of a small group to join the big group's is what the majority waits for
+        if (any(k[0] == "p2p" or not self._comparable(self.views[k[1]].group) for k in ops)
+                or (len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]]))):
             undecided.append(f"{self._cycle_text(ops)}: they issued ops in different orders and neither their own "
                              "histories nor any other rank shows which order is right")
             return []
@@ -355,7 +358,7 @@ class WaitGraph:
         return [(r, first) for r in self.waits_on[first] if ("rank", r) in members]
 
     def _cycle_text(self, ops: list[tuple]) -> str:
-        return "; ".join(f"{ranks_word(self.waiters[k])} wait in {self.blocker_of_op[k].describe()} for "
+        return "; ".join(f"{ranks_word(self.waiters[k])} {_verb(self.waiters[k], 'waits', 'wait')} in {self.blocker_of_op[k].describe()} for "
                          f"{ranks_word(self.waits_on[k])}" for k in ops)
 
     def _idle_culprits(self, key: tuple, idle: list[int], evidence: list[str], undecided: list[str]) -> list[tuple[int, tuple]]:
@@ -499,11 +502,19 @@ class WaitGraph:
             return _NOT_REACHED if last is not None and last < seq else None
         return None
 
+    def _comparable(self, group: Group) -> bool:
+        """Whether the group and its siblings (same desc and size) all have their own numbers."""
+        desc, size = group.desc, len(group.ranks)
+        return self.views[group.key].own_numbers and all(
+            v.own_numbers for v in self.views.values() if desc and desc != "undefined" and v.group.desc == desc
+            and len(v.group.ranks) == size)
+
     def _class_views(self, group: Group) -> list[GroupView]:
         desc = group.desc
-        if not desc or desc == "undefined":
-            return [self.views[group.key]]
-        return [v for v in self.views.values() if v.group.desc == desc and len(v.group.ranks) == len(group.ranks)]
+        own = self.views[group.key]
+        if not desc or desc == "undefined" or not own.own_numbers:
+            return [own]
+        return [v for v in self.views.values() if v.group.desc == desc and len(v.group.ranks) == len(group.ranks) and v.own_numbers]
 
     def missing_findings(self, frontier: dict[tuple, int]) -> list[Finding]:
         findings = []
