@@ -38,7 +38,9 @@ def trace_of(scenario: str, tmp_path) -> list[dict]:
 def test_trace_has_a_process_per_rank_and_a_thread_per_group(tmp_path):
     events = trace_of("skip_goes_on", tmp_path)
     names = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert names == {r: f"rank {r}" for r in range(4)}
+    assert names == {0: "rank 0", 1: "rank 1  << CULPRIT", 2: "rank 2", 3: "rank 3"}
+    order = {e["pid"]: e["args"]["sort_index"] for e in events if e["name"] == "process_sort_index"}
+    assert min(order, key=order.get) == 1  # the culprit first
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
     assert threads[(0, 0)] == "default_pg (pg 0)"
     assert sum(1 for name in threads.values() if name.startswith("tp")) == 4  # every rank in its tp group
@@ -46,7 +48,7 @@ def test_trace_has_a_process_per_rank_and_a_thread_per_group(tmp_path):
 
 def test_trace_holds_every_entry_where_it_belongs(tmp_path):
     dumps, table, _ = analysed("skip_goes_on")
-    events = [e for e in trace_of("skip_goes_on", tmp_path) if e["ph"] == "X"]
+    events = [e for e in trace_of("skip_goes_on", tmp_path) if e["ph"] == "X" and e["cat"] != "never_issued"]
     thread_of = {g.key: i for i, g in enumerate(table.groups)}
     expected = Counter((r, thread_of[table.group_of(r, e.pg_name).key]) for r, d in dumps.items() for e in d.entries)
     assert Counter((e["pid"], e["tid"]) for e in events) == expected
@@ -58,17 +60,59 @@ def test_trace_marks_stuck_ops_and_the_culprit(tmp_path):
     events = trace_of("skip_rank2", tmp_path)
     last = {}
     for e in events:
-        if e["ph"] == "X":
+        if e["ph"] == "X" and e["cat"] != "never_issued":
             last[e["pid"]] = e
     # gloo records no completion: every rank's last op runs to the end of the trace
     assert {r: e["cat"] for r, e in last.items()} == {r: "not_completed" for r in range(4)}
     end = max(e["ts"] + e["dur"] for e in events if e["ph"] == "X")
     assert all(abs(e["ts"] + e["dur"] - end) < 0.01 for e in last.values())
-    earlier = [e for e in events if e["ph"] == "X" and e not in last.values()]
+    earlier = [e for e in events if e["ph"] == "X" and e not in last.values() and e["cat"] != "never_issued"]
     assert {e["cat"] for e in earlier} == {"no_completion_data"}
     markers = [e for e in events if e["ph"] == "i"]
     assert any(e["cat"] == "culprit" and e["pid"] == 2 for e in markers)
     assert any(e["cat"] == "finding" and e["name"].startswith("ROOT CAUSE: missing_ranks") for e in markers)
+
+
+def test_trace_shows_the_hang_first(tmp_path):
+    events = trace_of("skip_goes_on", tmp_path)
+    spans = [e for e in events if e["ph"] == "X"]
+    stuck = [e for e in spans if e["cat"] == "not_completed"]
+    others = [e for e in spans if e["cat"] in ("completed", "no_completion_data")]
+    recorded = max(e["ts"] + e["dur"] for e in others) - min(e["ts"] for e in spans)
+    # stuck ops run past everything recorded, by at least as long again: they fill the view
+    assert stuck and all(e["dur"] > recorded for e in stuck)
+    assert {e["cname"] for e in stuck}.isdisjoint(e["cname"] for e in others)
+    reserved = {"good", "bad", "terrible", "black", "grey", "white", "yellow", "olive", "generic_work"}
+    assert {e["cname"] for e in spans} <= reserved  # the trace viewer rejects other colour names
+    # the collective rank 1 never joined, on its row, in default_pg's thread, from when the others began it
+    (never,) = [e for e in spans if e["cat"] == "never_issued"]
+    root_starts = [e["ts"] for e in spans if e["pid"] != 1 and e["args"].get("collective_seq_id") == 7 and e["tid"] == 0]
+    assert never["pid"] == 1 and never["tid"] == 0 and never["ts"] == min(root_starts) and "all_reduce #7" in never["name"]
+    flows = [e for e in events if e.get("cat") == "root_collective"]
+    assert [e["ph"] for e in flows] == ["s", "t", "f"] and {e["pid"] for e in flows} == {0, 2, 3}
+
+
+def test_trace_ranks_and_trace_last_cut_a_big_job(tmp_path):
+    path = tmp_path / "t.json"
+    assert main(["-d", str(FIXTURES / "skip_goes_on"), "--chrome-trace", str(path), "--trace-ranks", "0", "--trace-last", "2"]) == 1
+    events = json.loads(path.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X" and e["cat"] != "never_issued"]
+    # the culprit (1) and, the root group being the world, its smallest groups' members (tp {0,1}, dp {1,3})
+    assert Counter(e["pid"] for e in spans) == {0: 2, 1: 2, 3: 2}
+    from frtrace.timeline import chosen_ranks
+    dumps, table, analysis = analysed("synthetic_torchcomms_skip_rank5")
+    assert chosen_ranks(analysis, dumps, table, 0) == [4, 5]  # rank 5's tp pair (its dp group has 4)
+    assert chosen_ranks(analysis, dumps, table, 2) == [0, 1, 4, 5]  # and the 2 lowest others
+    dumps, table, analysis = analysed("tp_skip_rank3")
+    root = next(f for f in analysis.findings if f.root_cause)
+    assert len(root.group.ranks) < len(table.world) and set(chosen_ranks(analysis, dumps, table, 0)) == set(root.group.ranks)
+
+
+def test_a_trace_path_ending_in_gz_is_gzipped(tmp_path):
+    import gzip
+    assert main(["-d", str(FIXTURES / "skip_goes_on"), "--chrome-trace", str(tmp_path / "t.json.gz")]) == 1
+    assert main(["-d", str(FIXTURES / "skip_goes_on"), "--chrome-trace", str(tmp_path / "t.json")]) == 1
+    assert json.loads(gzip.decompress((tmp_path / "t.json.gz").read_bytes())) == json.loads((tmp_path / "t.json").read_text())
 
 
 def test_trace_with_completion_times_uses_them(tmp_path):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import gc
+import gzip
+import io
 import json
 import os
 import signal
@@ -19,16 +21,17 @@ from . import __version__
 from .archive import is_archive, read_archive
 from .builder import build_database, write_database
 from .discover import find_dump_files
-from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .anchor import anchor_relative_seqs
+from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .groups import resolve_groups
+from .html import write_html
 from .loader import load_dumps
 from .matcher import analyze, format_ranks
 from .output import Outputs, plan_outputs
 from .report import render_entries, render_text, report_dict
 from .sqlite_out import write_sqlite
 from .stats import compute_stats, render_stats
-from .timeline import write_chrome_trace
+from .timeline import DEFAULT_TRACE_RANKS, write_chrome_trace
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -51,6 +54,9 @@ class Options:
     progress: bool = False
     jobs: int = 1
     chrome_trace: str | None = None
+    trace_ranks: int | None = None
+    trace_last: int | None = None
+    html: str | None = None
     sqlite: str | None = None
     stats: bool = False
 
@@ -73,7 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-p", "--prefix", help="file name prefix before the rank number (default: inferred from the names)")
     parser.add_argument("-o", "--output", metavar="DB", help="write the flattened database here, as a pickle of (types, db)")
     parser.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here ('-' for stdout)")
-    parser.add_argument("--chrome-trace", metavar="PATH", help="write a timeline for Perfetto UI / chrome://tracing")
+    parser.add_argument("--chrome-trace", metavar="PATH",
+                        help="write a timeline for Perfetto UI / chrome://tracing (gzipped when PATH ends in .gz)")
+    parser.add_argument("--trace-ranks", type=int, nargs="?", const=DEFAULT_TRACE_RANKS, metavar="N",
+                        help=f"with --chrome-trace: only the culprits, their groups' members and N other ranks "
+                             f"(default {DEFAULT_TRACE_RANKS})")
+    parser.add_argument("--trace-last", type=int, metavar="N", help="with --chrome-trace: only each rank's last N entries")
+    parser.add_argument("--html", metavar="PATH", help="write a one-file HTML report (opens from disk, no network)")
     parser.add_argument("--sqlite", metavar="PATH", help="write the database and every raw entry as SQLite tables")
     parser.add_argument("--stats", action="store_true", help="print per-op statistics and the ranks that arrive last")
     parser.add_argument("-j", "--just-print-entries", "--just_print_entries", dest="just_print_entries", action="store_true",
@@ -121,7 +133,7 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         raise UsageError("--selected-ranks and --pg-filters choose what -j/--just-print-entries prints; add -j")
     if args.just_print_entries:
         ignored = [flag for flag, value in (("-o", args.output), ("--json", args.json_path), ("--sqlite", args.sqlite),
-                                            ("--chrome-trace", args.chrome_trace), ("--stats", args.stats),
+                                            ("--chrome-trace", args.chrome_trace), ("--html", args.html), ("--stats", args.stats),
                                             ("--print-stack-trace", args.print_stack_trace)) if value]
         if ignored:
             raise UsageError(f"-j prints the entries and runs no analysis, so {', '.join(ignored)} would write nothing; "
@@ -135,8 +147,13 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         raise UsageError(f"--group-world-size must be a positive number of ranks, not {args.group_world_size}")
     if args.mismatch_cap < 0:
         raise UsageError(f"--mismatch-cap must be 0 (all findings) or more, not {args.mismatch_cap}")
-    if args.sqlite == "-" or args.chrome_trace == "-":
-        raise UsageError("--sqlite and --chrome-trace write files; give a file name, not '-'")
+    if args.sqlite == "-" or args.chrome_trace == "-" or args.html == "-":
+        raise UsageError("--sqlite, --chrome-trace and --html write files; give a file name, not '-'")
+    if (args.trace_ranks is not None or args.trace_last is not None) and not args.chrome_trace:
+        raise UsageError("--trace-ranks and --trace-last choose what --chrome-trace writes; add --chrome-trace PATH")
+    for flag, value in (("--trace-ranks", args.trace_ranks), ("--trace-last", args.trace_last)):
+        if value is not None and value < (0 if flag == "--trace-ranks" else 1):
+            raise UsageError(f"{flag} must be {'0 or more' if flag == '--trace-ranks' else 'at least 1'}, not {value}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     if args.output == "-":
@@ -158,15 +175,27 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         progress=stderr_is_tty,
         jobs=args.jobs or _default_jobs(),
         chrome_trace=args.chrome_trace,
+        trace_ranks=args.trace_ranks,
+        trace_last=args.trace_last,
+        html=args.html,
         sqlite=args.sqlite,
         stats=args.stats,
     )
 
 
+def _write_trace(handle, analysis, dumps, table, options: Options) -> None:
+    if options.chrome_trace.endswith(".gz"):  # Perfetto UI reads gzipped traces
+        with gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as packed, io.TextIOWrapper(packed, encoding="utf-8") as text:
+            write_chrome_trace(analysis, dumps, table, text, options.trace_ranks, options.trace_last)
+    else:
+        write_chrome_trace(analysis, dumps, table, handle, options.trace_ranks, options.trace_last)
+
+
 def _requested_outputs(options: Options) -> list[tuple[str, str, str, bool]]:
     return [(flag, path, what, binary) for flag, path, what, binary in (
         ("-o", options.output, "database", True), ("--sqlite", options.sqlite, "SQLite database", True),
-        ("--chrome-trace", options.chrome_trace, "Chrome trace", False), ("--json", options.json_path, "JSON report", False),
+        ("--chrome-trace", options.chrome_trace, "Chrome trace", bool(options.chrome_trace and options.chrome_trace.endswith(".gz"))),
+        ("--html", options.html, "HTML report", False), ("--json", options.json_path, "JSON report", False),
     ) if path]
 
 
@@ -226,7 +255,9 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                     with outputs.stage_path("--sqlite") as temp:
                         write_sqlite(db, loaded.dumps, table, temp)
             if options.chrome_trace:
-                outputs.stage("--chrome-trace", lambda f: write_chrome_trace(analysis, loaded.dumps, table, f))
+                outputs.stage("--chrome-trace", lambda f: _write_trace(f, analysis, loaded.dumps, table, options))
+            if options.html:
+                outputs.stage("--html", lambda f: write_html(analysis, loaded.dumps, table, f))
             if options.json_path:
                 payload = report_dict(analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps)
                 outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))

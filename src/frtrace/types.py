@@ -366,3 +366,5 @@ class Analysis:
     culprit_entries: dict[int, Entry] = field(default_factory=dict)  # rank -> the op it is blocked in
     warnings: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()  # what decided the verdict, a short sentence each
+    waits: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()  # the wait-for graph: (op, its waiters, whom they wait for)
+    blocked_in: dict[int, str] = field(default_factory=dict)  # rank -> the op it waits in, for ranks in the graph
