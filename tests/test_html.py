@@ -37,6 +37,8 @@ def test_the_page_says_the_verdict_and_marks_the_culprit(tmp_path):
     assert page.count("class='col root'") == 1 and page.split("class='col root'")[1].startswith(" title='1 group(s)'>default_pg<")
     # rank 1's cell in default_pg: never issued (#7), the others': their own last op, no completion data
     assert "title='rank 1 in default_pg (pg 0): never issued #7'" in page
+    # gloo records no completion, but the others wait in #7 (the wait-for graph says so): in flight
+    assert "title='rank 0 in default_pg (pg 0): in flight #7'" in page
 
 
 def test_the_wait_for_graph_is_drawn(tmp_path):

@@ -98,6 +98,9 @@ def _cell_states(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable) 
             seq = last.p2p_seq_id if last.is_p2p else last.collective_seq_id
             state = DONE if last.state == "completed" else IN_FLIGHT if tracking else NO_DATA
             cells[(rank, index[group.key])] = (state, f"#{seq}")
+    for rank, (_, group, seq) in analysis.blocked_in.items():  # waiting in it, though the dump cannot say (gloo)
+        if group.key in index and (rank, index[group.key]) in cells:
+            cells[(rank, index[group.key])] = (IN_FLIGHT, f"#{seq}" if seq is not None else "p2p")
     for rank in analysis.ranks_missing:
         for group in table.groups:
             if rank in group.ranks:
@@ -226,7 +229,7 @@ def _graph(analysis: Analysis) -> str:
         colour = "#fff" if r in culprits else "#222"
         svg.append(f"<rect x='880' y='{y - 16}' width='200' height='32' rx='6' fill='{fill}' stroke='{stroke}'/>"
                    f"<text x='890' y='{y + 4}' fill='{colour}'>rank {r}{' (culprit)' if r in culprits else ''}</text>")
-        blocked = analysis.blocked_in.get(r)
+        blocked = analysis.blocked_in.get(r, ("",))[0]
         if blocked in op_y:  # it waits too: back to the op it is blocked in
             svg.append(f"<path d='M 980 {y + 16} C 980 {y + 60}, 545 {op_y[blocked] + 60}, 545 {op_y[blocked] + 16}' "
                        "fill='none' stroke='#e53935' stroke-dasharray='5,4' marker-end='url(#arrow)'/>")
@@ -274,10 +277,12 @@ def _stacks(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root:
         rows.append(f"<tr{' class=diff' if i == differ else ''}><td>{'&rarr; ' if i == differ else ''}{escape(a)}</td>"
                     f"<td>{escape(b)}</td></tr>")
     group = table.group_of(culprit, shown.pg_name) if shown else None
-    where = (f"{'' if blocked else 'its last op, '}{shown.op} #{shown.collective_seq_id} of "
+    number = f"p2p #{shown.p2p_seq_id}" if shown and shown.is_p2p else f"#{shown.collective_seq_id}" if shown else ""
+    where = (f"{'' if blocked else 'its last op, '}{shown.op} {number} of "
              f"{group.label if group else shown.pg_name}" if shown else "no op in its dump")
+    same = "" if differ < max(len(mine), len(theirs)) else " The two stacks are the same."
     return (f"<h2>Stacks at the divergence</h2><p class='note'>Outermost frame first; the first frame that differs is "
-            f"marked.</p><table class='stacks' id='stacks'><tr><th>rank {culprit} (culprit) in {escape(where)}</th>"
+            f"marked.{same}</p><table class='stacks' id='stacks'><tr><th>rank {culprit} (culprit) in {escape(where)}</th>"
             f"<th>{count} rank(s) in {escape(root.op)} #{root.collective_seq_id} of {escape(root.group.label)}</th></tr>"
             f"{''.join(rows)}</table>")
 

@@ -23,7 +23,7 @@ CATEGORY_STUCK = "not_completed"  # runs to the horizon
 CATEGORY_UNTRACKED = "no_completion_data"  # gloo: ends where the rank's next op begins
 CATEGORY_NEVER = "never_issued"  # the root collective, drawn on a culprit's row where it should have been
 
-COLOUR = {CATEGORY_DONE: "good", CATEGORY_UNTRACKED: "grey", CATEGORY_STUCK: "terrible", CATEGORY_NEVER: "black"}
+COLOUR = {CATEGORY_DONE: "good", CATEGORY_UNTRACKED: "grey", CATEGORY_STUCK: "terrible", CATEGORY_NEVER: "yellow"}
 
 DEFAULT_TRACE_RANKS = 8  # --trace-ranks without a number: culprits, their group peers, and 8 others
 

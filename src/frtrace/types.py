@@ -367,4 +367,4 @@ class Analysis:
     warnings: tuple[str, ...] = ()
     evidence: tuple[str, ...] = ()  # what decided the verdict, a short sentence each
     waits: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()  # the wait-for graph: (op, its waiters, whom they wait for)
-    blocked_in: dict[int, str] = field(default_factory=dict)  # rank -> the op it waits in, for ranks in the graph
+    blocked_in: dict[int, tuple[str, Group, int | None]] = field(default_factory=dict)  # rank -> (the op it waits in, its group, seq)

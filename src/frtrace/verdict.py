@@ -129,7 +129,8 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
         evidence=tuple(dict.fromkeys(evidence)),
         waits=tuple((graph.blocker_of_op[key].describe(), tuple(sorted(graph.waiters[key])), tuple(graph.waits_on[key]))
                     for key in graph.waits_on if key in graph.blocker_of_op),
-        blocked_in={rank: graph.blocker_of_op[key].describe() for rank, key in graph.op_of.items() if key in graph.blocker_of_op},
+        blocked_in={rank: (blocker.describe(), blocker.group, None if blocker.p2p else blocker.seq)
+                    for rank, blocker in ((r, graph.blocker_of_op.get(k)) for r, k in graph.op_of.items()) if blocker},
     )
 
 

@@ -1,0 +1,69 @@
+"""What the pictures cost: --html and --chrome-trace against a plain run, and their sizes.
+
+    python benchmarks/outputs.py [--ranks 256] [--entries 2000] [--repeat 5] [--data bench-data]
+
+Generates a faulty set once (benchmarks/generate.py --fault skip), then runs frtrace plain, with
+--html, with --chrome-trace --trace-ranks and with the whole --chrome-trace, interleaved; prints
+the median wall and CPU time, the median extra time over the plain run measured pair by pair, and
+each output's size. A benchmark, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, default=256)
+    parser.add_argument("--entries", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--data", default=str(HERE.parent / "bench-data"))
+    args = parser.parse_args(argv)
+    folder = Path(args.data) / f"outputs-{args.ranks}x{args.entries}"
+    if not folder.exists():
+        subprocess.run([sys.executable, str(HERE / "generate.py"), str(folder), "--ranks", str(args.ranks), "--entries",
+                        str(args.entries), "--tp", "8", "--pp", "2", "--fault", "skip"], check=True)
+    out = Path(tempfile.mkdtemp())
+    variants = {
+        "plain": [],
+        "--html": ["--html", str(out / "report.html")],
+        "--trace-ranks": ["--chrome-trace", str(out / "few.json"), "--trace-ranks"],
+        "--chrome-trace": ["--chrome-trace", str(out / "all.json")],
+    }
+    files = {"--html": out / "report.html", "--trace-ranks": out / "few.json", "--chrome-trace": out / "all.json"}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    for _ in range(args.repeat):
+        for name, extra in variants.items():
+            cpu, start = children_cpu(), time.perf_counter()
+            subprocess.run([sys.executable, "-m", "frtrace", "-d", str(folder), *extra], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            runs[name].append((time.perf_counter() - start, children_cpu() - cpu))
+    print(f"{args.ranks} ranks x {args.entries} entries, {args.repeat} interleaved runs each; {os.cpu_count()} cores")
+    for name, times in runs.items():
+        wall = statistics.median(w for w, _ in times)
+        cpu = statistics.median(c for _, c in times)
+        extra_wall = statistics.median(a[0] - b[0] for a, b in zip(times, runs["plain"]))
+        extra_cpu = statistics.median(a[1] - b[1] for a, b in zip(times, runs["plain"]))
+        size = f"  {files[name].stat().st_size / 1e6:.2f} MB" if name in files else ""
+        print(f"{name:15} wall {wall:.2f} s  cpu {cpu:.2f} s  over plain: wall {extra_wall:+.2f} s  cpu {extra_cpu:+.2f} s{size}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
