@@ -11,20 +11,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+from timing import timed_frtrace  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -46,10 +42,7 @@ def main(argv=None) -> int:
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in inputs}
     for _ in range(args.repeat):
         for name, path in inputs.items():
-            cpu, start = children_cpu(), time.perf_counter()
-            subprocess.run([sys.executable, "-m", "frtrace", "-d", str(path)], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-            runs[name].append((time.perf_counter() - start, children_cpu() - cpu))
+            runs[name].append(timed_frtrace("-d", str(path)))
     print(f"{args.ranks} ranks, {args.repeat} interleaved runs each; {os.cpu_count()} cores")
     for name, times in runs.items():
         wall = statistics.median(w for w, _ in times)
