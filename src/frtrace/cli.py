@@ -23,11 +23,13 @@ from .builder import build_database, write_database
 from .discover import find_dump_files
 from .anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
-from .groups import resolve_groups
+from .groups import GroupTable, resolve_groups
 from .html import write_html
 from .loader import load_dumps
+from .types import LoadResult
 from .matcher import analyze, format_ranks
 from .output import Outputs, plan_outputs
+from .progress import compare_sets, comparison_dict, op_timings, render_comparison
 from .report import render_entries, render_text, report_dict
 from .sqlite_out import write_sqlite
 from .stats import compute_stats, render_stats
@@ -212,30 +214,36 @@ def _check_selection(options: Options, dumps: dict, table) -> None:
                              f"(groups: {names})")
 
 
-def run(options: Options, out: TextIO, err: TextIO) -> int:
-    """Analyze the dumps as the options say, write the outputs, return the exit code."""
-    plans = plan_outputs(_requested_outputs(options), options.trace_dir)
+def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
+             ft_group_world_size: int | None = None) -> tuple[LoadResult, GroupTable]:
+    """One dump set read and its groups resolved; skipped files are said on `err`."""
     contents = None
-    if is_archive(options.trace_dir):
-        discovery, contents = read_archive(options.trace_dir, options.prefix)
+    if is_archive(trace_dir):
+        discovery, contents = read_archive(trace_dir, prefix)
     else:
-        discovery = find_dump_files(options.trace_dir, options.prefix)
+        discovery = find_dump_files(trace_dir, prefix)
     if not discovery.files:
-        hint = f" starting with {printable(options.prefix)!r}" if options.prefix else ""
+        hint = f" starting with {printable(prefix)!r}" if prefix else ""
         seen = (f" ({len(discovery.ignored)} file(s) ignored, e.g. {discovery.ignored[0].path}: {discovery.ignored[0].reason})"
                 if discovery.ignored else "")
-        raise UsageError(f"{display_path(options.trace_dir)}: no dump files{hint}: no file is named <prefix><rank> "
+        raise UsageError(f"{display_path(trace_dir)}: no dump files{hint}: no file is named <prefix><rank> "
                          f"and starts like a pickle or JSON dump{seen}; check the directory and --prefix "
                          "(dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)")
-    loaded = load_dumps(discovery, progress=options.progress and len(discovery.files) > 8, workers=options.jobs,
-                        bound_by_configs=options.ft_group_world_size is None, contents=contents)
+    loaded = load_dumps(discovery, progress=progress and len(discovery.files) > 8, workers=jobs,
+                        bound_by_configs=ft_group_world_size is None, contents=contents)
     for item in loaded.skipped:
         print(f"frtrace: skipped {item.path}: {item.reason}", file=err)
     if not loaded.dumps:
-        raise UsageError(f"{display_path(options.trace_dir)}: none of the {len(discovery.files)} dump file(s) could be read; "
+        raise UsageError(f"{display_path(trace_dir)}: none of the {len(discovery.files)} dump file(s) could be read; "
                          "see the messages above")
+    return loaded, resolve_groups(loaded.dumps, loaded.ranks_named, ft_group_world_size)
 
-    table = resolve_groups(loaded.dumps, loaded.ranks_named, options.ft_group_world_size)
+
+def run(options: Options, out: TextIO, err: TextIO) -> int:
+    """Analyze the dumps as the options say, write the outputs, return the exit code."""
+    plans = plan_outputs(_requested_outputs(options), options.trace_dir)
+    loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs, progress=options.progress,
+                             ft_group_world_size=options.ft_group_world_size)
     if options.just_print_entries:
         _check_selection(options, loaded.dumps, table)
         _printed(out, lambda: render_entries(loaded.dumps, table, out, selected_ranks=options.selected_ranks,
@@ -360,7 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):  # handled like Ctrl-C: nothing half-written stays
             previous[signum] = signal.signal(signum, _on_signal)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["compare"]:
+            return run_compare(parse_compare(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         options = parse_options(argv, stderr_is_tty=sys.stderr.isatty())
         return run(options, TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
     except FrtraceError as exc:
@@ -388,6 +399,69 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signum, handler)
         if collecting:
             gc.enable()
+
+
+@dataclass(frozen=True, slots=True)
+class CompareOptions:
+    earlier: str
+    later: str
+    prefix: str | None = None
+    timing: bool = False
+    head: int = 20
+    json_path: str | None = None
+    jobs: int = 1
+
+
+def parse_compare(argv: Sequence[str]) -> CompareOptions:
+    parser = _Parser(prog="frtrace compare",
+                     description="Compare two dump sets of one job, taken one after the other: which ranks moved, "
+                                 "which froze, and (--timing) which ops got slower.",
+                     epilog="Exit status: 0 progressing, 1 stuck or partly stuck, 2 usage, input or output error, "
+                            "3 internal error.")
+    parser.add_argument("earlier", metavar="A", help="the earlier dump set (folder or archive)")
+    parser.add_argument("later", metavar="B", help="the later dump set of the same job")
+    parser.add_argument("-p", "--prefix", help="file name prefix before the rank number, in both sets")
+    parser.add_argument("--timing", action="store_true", help="per-op durations, A vs B, most slowed down first")
+    parser.add_argument("--head", type=int, default=20, metavar="N", help="with --timing: the first N ops (default 20)")
+    parser.add_argument("--json", dest="json_path", metavar="PATH", help="write the comparison as JSON ('-' for stdout)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="read dump files in N processes")
+    args = parser.parse_args(argv)
+    if args.head < 1:
+        raise UsageError(f"--head must be at least 1, not {args.head}")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    return CompareOptions(args.earlier, args.later, args.prefix, args.timing, args.head, args.json_path,
+                          args.jobs or _default_jobs())
+
+
+def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
+    """Compare two sets as the options say; 0 progressing, 1 stuck or partly stuck."""
+    requested = [("--json", options.json_path, "JSON comparison", False)] if options.json_path else []
+    plans = plan_outputs(requested, options.earlier)
+    plan_outputs(requested, options.later)  # refused the same way for either set
+    sets = []
+    for path in (options.earlier, options.later):
+        loaded, table = read_set(path, options.prefix, err, jobs=options.jobs)
+        sets.append((loaded, table))
+    (loaded_a, table_a), (loaded_b, table_b) = sets
+    anchor_relative_seqs(loaded_a.dumps, table_a)
+    analysis_b = analyze(loaded_b.dumps, table_b, notes=loaded_b.notes, anchoring=anchor_relative_seqs(loaded_b.dumps, table_b))
+    if not loaded_a.dumps.keys() & loaded_b.dumps.keys():
+        raise UsageError(f"{display_path(options.earlier)} and {display_path(options.later)} share no rank: "
+                         "not two dumps of one job")
+    comparison = compare_sets(loaded_a.dumps, table_a, loaded_b.dumps, table_b, analysis_b)
+    if comparison.backwards and len(comparison.backwards) == len(comparison.steps):
+        raise UsageError(f"every rank holds fewer records in {display_path(options.later)} than in "
+                         f"{display_path(options.earlier)}: pass the earlier set first")
+    timings = op_timings(loaded_a.dumps, table_a, loaded_b.dumps, table_b) if options.timing else None
+    if options.json_path:
+        payload = comparison_dict(comparison, timings, __version__)
+        with Outputs(plans) as outputs:
+            outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+            outputs.commit()
+    if options.json_path != "-":
+        _printed(out, lambda: render_comparison(comparison, timings, out, options.head))
+    return EXIT_CLEAN if comparison.verdict == "progressing" else EXIT_FOUND
 
 
 def _signal_number(exc: BaseException | None) -> int:
