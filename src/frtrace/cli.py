@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from .types import LoadResult
 from .matcher import analyze, format_ranks
 from .output import Outputs, plan_outputs
 from .progress import compare_sets, comparison_dict, op_timings, render_comparison
+from .replay_plan import build_plan
 from .report import render_entries, render_text, report_dict
 from .sqlite_out import write_sqlite
 from .stats import compute_stats, render_stats
@@ -73,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="frtrace",
         description="Find the rank that desynced a hung PyTorch job, from its Flight Recorder dumps.",
         epilog="Exit status: 0 clean, 1 desync, stuck or inconclusive, 2 usage, input or output error, "
-               "3 internal error (a bug: please report it), 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM).",
+               "3 internal error (a bug: please report it), 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM). "
+               "Also: 'frtrace compare A B' (two dump sets of one job: hung or slow?) and "
+               "'frtrace replay DIR -o OUT' (a runnable replay of the dumps' communication); each has --help.",
     )
     parser.add_argument("trace_dir", nargs="?", help="directory (or .tar/.tar.gz/.zip archive) holding one dump per rank (same as -d)")
     parser.add_argument("-d", "--dir", dest="dir_option", metavar="DIR",
@@ -370,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             previous[signum] = signal.signal(signum, _on_signal)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["replay"]:
+            return run_replay(parse_replay(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         if argv[:1] == ["compare"]:
             return run_compare(parse_compare(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         options = parse_options(argv, stderr_is_tty=sys.stderr.isatty())
@@ -462,6 +468,70 @@ def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
     if options.json_path != "-":
         _printed(out, lambda: render_comparison(comparison, timings, out, options.head))
     return EXIT_CLEAN if comparison.verdict == "progressing" else EXIT_FOUND
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    trace_dir: str
+    out_dir: str
+    mode: str = "as-recorded"
+    prefix: str | None = None
+    jobs: int = 1
+
+
+def parse_replay(argv: Sequence[str]) -> ReplayOptions:
+    parser = _Parser(prog="frtrace replay",
+                     description="Write a runnable replay of a dump set's communication: run it with "
+                                 "python -m frtrace.replay OUT_DIR (needs torch: pip install 'frtrace[replay]').")
+    parser.add_argument("trace_dir", metavar="DIR", help="the dump set (folder or archive)")
+    parser.add_argument("-o", "--output", dest="out_dir", required=True, metavar="OUT_DIR",
+                        help="a new (or empty) folder for the replay")
+    parser.add_argument("-p", "--prefix", help="file name prefix before the rank number")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument("--as-recorded", dest="mode", action="store_const", const="as-recorded",
+                       help="replay each rank's ops as recorded: reproduces the desync (default)")
+    modes.add_argument("--majority", dest="mode", action="store_const", const="majority",
+                       help="every rank runs a healthy rank's program on its own groups: the culprit's deviation is gone")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="read dump files in N processes")
+    args = parser.parse_args(argv)
+    return ReplayOptions(args.trace_dir, args.out_dir, args.mode or "as-recorded", args.prefix, args.jobs or _default_jobs())
+
+
+def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
+    """Write the replay plan into a new folder; the dumps are never written to."""
+    target = os.path.abspath(options.out_dir)
+    source = os.path.abspath(options.trace_dir)
+    if target == source or target.startswith(source + os.sep) or source.startswith(target + os.sep):
+        raise UsageError(f"{display_path(options.out_dir)}: inside or around the dump set {display_path(options.trace_dir)}; "
+                         "write the replay somewhere else")
+    if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
+        raise UsageError(f"{display_path(options.out_dir)}: exists and is not an empty folder; frtrace replay never writes "
+                         "over anything: choose a new folder")
+    loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs)
+    analysis = analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchor_relative_seqs(loaded.dumps, table))
+    plan = build_plan(loaded.dumps, table, analysis, options.mode)
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".frtrace-replay-", dir=os.path.dirname(target))
+    except OSError as exc:
+        raise OutputError(f"{display_path(options.out_dir)}: cannot write the replay ({exc.strerror}); nothing was written") from None
+    try:
+        with open(os.path.join(staging, "plan.json"), "w", encoding="utf-8") as handle:
+            json.dump(plan, handle, indent=1)
+        if os.path.isdir(target):
+            os.rmdir(target)  # empty, checked above
+        os.rename(staging, target)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise OutputError(f"{display_path(options.out_dir)}: cannot write the replay ({exc.strerror}); nothing was written") from None
+    ops = sum(len(v) for v in plan["ranks"].values())
+    print(f"wrote {display_path(options.out_dir)}/plan.json: {options.mode} replay of {plan['world_size']} ranks, {ops} ops "
+          f"(recorded verdict: {analysis.headline})", file=out)
+    for note in plan["notes"][:5]:
+        print(f"  note: {note}", file=out)
+    print(f"run it: python -m frtrace.replay {display_path(options.out_dir)} --backend gloo   "
+          "(needs torch: pip install 'frtrace[replay]')", file=out)
+    return EXIT_CLEAN
 
 
 def _signal_number(exc: BaseException | None) -> int:

@@ -1,0 +1,107 @@
+"""`frtrace replay`: a dump set's communication written as a plan, and run on real gloo.
+
+The round trips need torch (`pip install -e ".[test,replay]"`, as CI does); without it they are
+skipped with a reason. Each one spawns the fixture's ranks, so together they take a few minutes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import scenario_dirs
+from frtrace.cli import main
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+REAL = [p for p in scenario_dirs() if not p.name.startswith("synthetic_")]  # written by real gloo ranks
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="torch is not installed (pip install -e '.[test,replay]')")
+
+
+def report_of(dumps: Path, tmp_path: Path) -> dict:
+    path = tmp_path / f"{dumps.parent.name}-{dumps.name}.json"
+    main(["-d", str(dumps), "--json", str(path)])
+    return json.loads(path.read_text())
+
+
+def replayed(fixture: Path, tmp_path: Path, mode: str) -> Path:
+    out = tmp_path / f"replay-{mode}"
+    assert main(["replay", str(fixture), "-o", str(out), f"--{mode}"]) == 0
+    done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(out), "--backend", "gloo", "--timeout", "2"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out / "dumps"
+
+
+def roots(report: dict) -> list[tuple]:
+    return sorted((f["kind"], f["pg_desc"], f["collective_seq_id"], tuple(f["ranks"])) for f in report["findings"] if f["root_cause"])
+
+
+@needs_torch
+@pytest.mark.parametrize("fixture", REAL, ids=[p.name for p in REAL])
+def test_replaying_a_real_fixture_as_recorded_gives_its_verdict(fixture, tmp_path):
+    original = report_of(fixture, tmp_path)
+    again = report_of(replayed(fixture, tmp_path, "as-recorded"), tmp_path)
+    assert (again["verdict"], again["culprit_ranks"], roots(again)) == (original["verdict"], original["culprit_ranks"],
+                                                                          roots(original)), again["headline"]
+
+
+@needs_torch
+@pytest.mark.parametrize("fixture", REAL, ids=[p.name for p in REAL])
+def test_replaying_a_real_fixture_by_the_majority_is_clean(fixture, tmp_path):
+    again = report_of(replayed(fixture, tmp_path, "majority"), tmp_path)
+    assert again["verdict"] == "clean", again["headline"]
+
+
+# ---------------------------------------------------------------------------- the plan (no torch)
+def plan_of(fixture: str, tmp_path: Path, mode: str = "as-recorded") -> dict:
+    out = tmp_path / mode
+    assert main(["replay", str(FIXTURES / fixture), "-o", str(out), f"--{mode}"]) == 0
+    return json.loads((out / "plan.json").read_text())
+
+
+def test_the_plan_holds_each_ranks_recorded_ops_in_order(tmp_path):
+    plan = plan_of("skip_goes_on", tmp_path)
+    assert plan["format"] == "frtrace-replay" and plan["world_size"] == 4 and plan["silent_ranks"] == []
+    assert [g["desc"] for g in plan["groups"]] == ["default_pg", "tp", "tp", "dp", "dp"]
+    ops = plan["ranks"]["1"]
+    assert ops[-1] == {"op": "all_reduce", "group": "1", "in": [[3, 4]], "out": [[3, 4]], "dtype": "Float", "seq": 3}
+    assert [op["seq"] for op in ops if op["group"] == "0"] == [1, 2, 3, 4, 5, 6]  # rank 1 never issued #7
+
+
+def test_a_rank_without_a_dump_runs_its_peers_program_up_to_where_they_wait_for_it(tmp_path):
+    plan = plan_of("missing_culprit_dump", tmp_path)
+    assert plan["silent_ranks"] == [2]
+    world = [op["seq"] for op in plan["ranks"]["2"] if op["group"] == "0"]
+    assert world and max(world) == 9  # the others wait for it in world #10
+
+
+def test_wrapped_buffers_open_with_fillers_so_that_seq_ids_match(tmp_path):
+    plan = plan_of("wrapped_skip", tmp_path)
+    for rank, ops in plan["ranks"].items():
+        for group in {op["group"] for op in ops if not op.get("filler")}:
+            fillers = sum(1 for op in ops if op.get("filler") and op["group"] == group)
+            first = next(op["seq"] for op in ops if op["group"] == group and not op.get("filler"))
+            assert fillers == first - 1, (rank, group)
+
+
+def test_majority_gives_the_culprit_a_healthy_ranks_program(tmp_path):
+    plan = plan_of("skip_goes_on", tmp_path, "majority")
+    world = [op["seq"] for op in plan["ranks"]["1"] if op["group"] == "0"]
+    assert world[-1] == 7  # the all_reduce it skipped
+
+
+def test_replay_never_writes_into_or_over_what_it_was_given(tmp_path, capsys):
+    assert main(["replay", str(FIXTURES / "skip_goes_on"), "-o", str(FIXTURES / "skip_goes_on" / "repro")]) == 2
+    assert not (FIXTURES / "skip_goes_on" / "repro").exists()
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    assert main(["replay", str(FIXTURES / "skip_goes_on"), "-o", str(taken)]) == 2
+    assert [p.name for p in taken.iterdir()] == ["notes.txt"]
+    assert "never writes over anything" in capsys.readouterr().err
