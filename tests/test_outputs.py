@@ -237,3 +237,27 @@ def test_sqlite_entries_carry_their_own_stack(sqlite_db):
         entry = dumps[rank].entries[idx]
         first = dumps[rank].stacks[entry.stack_id][0]
         assert frames.splitlines()[0] == f"{first.name} at {first.filename}:{first.line}"
+
+
+@pytest.mark.parametrize("scenario", ["synthetic_p2p_cycle_rank1", "synthetic_coalesced_mismatch", "wrapped_skip",
+                                      "synthetic_stuck"])
+def test_sqlite_entries_are_the_entries_read_one_by_one(sqlite_db, scenario):
+    """The entries view is zipped from columns; read entry by entry it must say the same."""
+    connection = sqlite_db(scenario)
+    dumps, table, _ = analysed(scenario)
+    from frtrace.builder import group_ids
+    ids = group_ids(table.groups)
+    frames = {t: i for i, t in connection.execute("SELECT id, frames FROM tracebacks")}
+    from frtrace.builder import frames_text
+
+    def expected(e):
+        group = table.group_of(e.rank, e.pg_name)
+        stack = dumps[e.rank].stacks[e.stack_id] if e.stack_id >= 0 else None
+        return (e.rank, e.index, e.record_id, ids[group.key] if group else e.pg_name, e.pg_name, e.pg_desc,
+                None if e.is_p2p else e.collective_seq_id, e.p2p_seq_id if e.is_p2p else None, e.op, e.backend,
+                json.dumps([list(s) for s in e.input_sizes]), json.dumps([list(s) for s in e.output_sizes]),
+                json.dumps(list(e.input_dtypes)), json.dumps(list(e.output_dtypes)), e.state, int(e.is_p2p),
+                e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.duration_ms,
+                frames[frames_text(stack)] if stack is not None else None)
+    rows = connection.execute("SELECT * FROM entries ORDER BY rank, idx").fetchall()
+    assert rows == [expected(e) for d in dumps.values() for e in d.entries]

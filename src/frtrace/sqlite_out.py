@@ -1,15 +1,23 @@
 """The database as SQLite: the flat tables plus one row per raw entry, indexed for the usual
-questions. Rows are streamed into executemany, never collected first."""
+questions. Rows are streamed into executemany, never collected first, and the big tables'
+rows are zipped from their columns in C: per-kind values (group, op, sizes as JSON) are made once
+per kind and picked per entry by its kind code; no entry object is built."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator, Sequence
+from itertools import repeat
+from operator import itemgetter
 
 from .builder import frames_text, group_ids
 from .groups import GroupTable
-from .database import Database
+from .database import CodedColumn, Database
 from .types import Dump
+
+_ZERO_TO_NONE = {0: None}  # .get(v, v): None for 0 (a time not recorded), v otherwise, in C
+_NEGATIVE_TO_NONE = {-1: None}  # .get(v, v): None for -1 (no id), v otherwise
 
 SCHEMA = """
 CREATE TABLE groups (id TEXT PRIMARY KEY, desc TEXT, size INTEGER, name TEXT);
@@ -23,17 +31,20 @@ CREATE TABLE ncclcalls (id INTEGER PRIMARY KEY, collective_id INTEGER, group_id 
     traceback_id INTEGER, collective_type TEXT, sizes TEXT);
 CREATE TABLE findings (id INTEGER PRIMARY KEY, kind TEXT, group_id TEXT, pg_desc TEXT, collective_seq_id INTEGER,
     p2p_seq_id INTEGER, op TEXT, ranks TEXT, expected_ranks TEXT, detail TEXT, root_cause INTEGER);
-CREATE TABLE entries (rank INTEGER, idx INTEGER, record_id INTEGER, group_id TEXT, pg_name TEXT, pg_desc TEXT,
-    collective_seq_id INTEGER, p2p_seq_id INTEGER, op TEXT, backend TEXT, input_sizes TEXT, output_sizes TEXT,
-    input_dtypes TEXT, output_dtypes TEXT, state TEXT, is_p2p INTEGER, time_created_ns INTEGER,
-    time_started_ns INTEGER, time_completed_ns INTEGER, duration_ms REAL, traceback_id INTEGER);
+CREATE TABLE entry_kinds (kind_id INTEGER PRIMARY KEY, pg_name TEXT, pg_desc TEXT, op TEXT, backend TEXT,
+    input_sizes TEXT, output_sizes TEXT, input_dtypes TEXT, output_dtypes TEXT, is_p2p INTEGER);
+CREATE TABLE entry_rows (rank INTEGER, idx INTEGER, record_id INTEGER, group_id TEXT, kind_id INTEGER,
+    collective_seq_id INTEGER, p2p_seq_id INTEGER, state TEXT, time_created_ns INTEGER, time_started_ns INTEGER,
+    time_completed_ns INTEGER, duration_ms REAL, traceback_id INTEGER);
+CREATE VIEW entries AS SELECT rank, idx, record_id, group_id, pg_name, pg_desc, collective_seq_id, p2p_seq_id, op,
+    backend, input_sizes, output_sizes, input_dtypes, output_dtypes, state, is_p2p, time_created_ns, time_started_ns,
+    time_completed_ns, duration_ms, traceback_id
+    FROM entry_rows JOIN entry_kinds USING (kind_id);
 """
 INDEXES = """
-CREATE INDEX entries_by_rank ON entries (rank, group_id, collective_seq_id);
-CREATE INDEX entries_by_collective ON entries (group_id, collective_seq_id);
-CREATE INDEX entries_by_state ON entries (state);
+CREATE INDEX entries_by_rank ON entry_rows (rank, group_id, collective_seq_id);
+CREATE INDEX entries_by_collective ON entry_rows (group_id, collective_seq_id);
 CREATE INDEX calls_by_collective ON ncclcalls (collective_id);
-CREATE INDEX calls_by_rank ON ncclcalls (global_rank);
 CREATE INDEX collectives_by_seq ON collectives (group_id, collective_seq_id);
 CREATE INDEX memberships_by_rank ON memberships (global_rank);
 """
@@ -61,12 +72,46 @@ def _json(value) -> str | None:
     return json.dumps(value)
 
 
+def _none_for(column: Sequence, table: dict) -> Iterator:
+    return map(table.get, column, column)
+
+
+def _coded_json(column: Sequence, shared: "_SharedJson") -> Iterator:
+    """A column's values as JSON text: once per distinct value where the column is coded."""
+    if isinstance(column, CodedColumn):
+        return map(list(map(shared, column.values)).__getitem__, column.codes)
+    return map(shared, column)
+
+
+def _entry_rows(rank: int, dump: Dump, table: GroupTable, ids: dict, kind_ids: dict, tracebacks: dict[int, int]) -> Iterator[tuple]:
+    """The entry_rows of one dump, zipped from its columns; its kinds get ids in `kind_ids`."""
+    entries = dump.entries
+    group_of_kind, id_of_kind = [], []
+    for kind in entries.kinds:
+        group = table.group_of(rank, kind.pg_name)
+        group_of_kind.append(ids[group.key] if group else kind.pg_name)
+        id_of_kind.append(kind_ids.setdefault(kind, len(kind_ids)))
+    p2p = [kind.is_p2p for kind in entries.kinds]
+    p2p_of = list(map(p2p.__getitem__, entries.kind))
+    collective = [None if is_p2p else seq for is_p2p, seq in zip(p2p_of, entries.collective_seq_id)]
+    point_to_point = [seq if is_p2p else None for is_p2p, seq in zip(p2p_of, entries.p2p_seq_id)]
+    return zip(repeat(rank), range(len(entries)), entries.record_id, map(group_of_kind.__getitem__, entries.kind),
+               map(id_of_kind.__getitem__, entries.kind), collective, point_to_point,
+               map(entries.states.__getitem__, entries.state),
+               _none_for(entries.time_created_ns, _ZERO_TO_NONE), _none_for(entries.time_started_ns, _ZERO_TO_NONE),
+               _none_for(entries.time_completed_ns, _ZERO_TO_NONE), entries.duration_ms,  # NaN binds as NULL
+               map(tracebacks.get, entries.stack_id))
+
+
 def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: str) -> None:
-    """Write every table and the raw entries into a new SQLite file at `path`."""
+    """Write every table and the raw entries into a new SQLite file at `path` (a temporary file
+    that output.py renames into place: no journal is needed, nothing is read back half-written)."""
     ids = group_ids(table.groups)
     shared = _SharedJson()  # sizes and dtypes: a few objects shared by every row (db and dumps outlive it)
     connection = sqlite3.connect(path)
     try:
+        connection.execute("PRAGMA journal_mode = OFF")
+        connection.execute("PRAGMA synchronous = OFF")
         connection.executescript(SCHEMA)
         connection.executemany("INSERT INTO groups VALUES (?, ?, ?, ?)", db.groups)
         connection.executemany("INSERT INTO memberships VALUES (?, ?)", db.memberships)
@@ -79,24 +124,28 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
               _json({r: m.collective_name for r, m in c.mismatch_collectives.items()}) if c.mismatch_collectives else None,
               c.type_of_mismatch.culprit if c.type_of_mismatch else None)
              for c in db.collectives))
+        calls = db.ncclcalls
+        collective_ids = calls.column("collective_id")
+        collective_ids = getattr(collective_ids, "values", collective_ids)  # OptionalIds: -1 for none
         connection.executemany(
             "INSERT INTO ncclcalls VALUES (?, ?, ?, ?, ?, ?, ?)",
-            ((c.id, c.collective_id, c.group_id, c.global_rank,
-              c.traceback_id if c.traceback_id >= 0 else None, c.collective_type, shared(c.sizes)) for c in db.ncclcalls))
+            zip(calls.column("id"), _none_for(collective_ids, _NEGATIVE_TO_NONE), calls.column("group_id"),
+                calls.column("global_rank"), _none_for(calls.column("traceback_id"), _NEGATIVE_TO_NONE),
+                calls.column("collective_type"), _coded_json(calls.column("sizes"), shared)))
         connection.executemany(
             "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             ((f.id, f.kind, f.group_id, f.pg_desc, f.collective_seq_id, f.p2p_seq_id, f.op, _json(f.ranks),
               _json(f.expected_ranks), f.detail, int(f.root_cause)) for f in db.findings))
         by_text = {t.frames: t.id for t in db.tracebacks}
-        traceback_of = {rank: [by_text[frames_text(stack)] for stack in dump.stacks] for rank, dump in dumps.items()}
+        kind_ids: dict = {}
+        for rank, dump in dumps.items():
+            tracebacks = {i: by_text[frames_text(stack)] for i, stack in enumerate(dump.stacks)}
+            connection.executemany("INSERT INTO entry_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                   _entry_rows(rank, dump, table, ids, kind_ids, tracebacks))
         connection.executemany(
-            "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ((e.rank, e.index, e.record_id, ids[g.key] if (g := table.group_of(e.rank, e.pg_name)) else e.pg_name,
-              e.pg_name, e.pg_desc, None if e.is_p2p else e.collective_seq_id, e.p2p_seq_id if e.is_p2p else None,
-              e.op, e.backend, shared(e.input_sizes), shared(e.output_sizes), shared(e.input_dtypes), shared(e.output_dtypes),
-              e.state, int(e.is_p2p), e.time_created_ns, e.time_started_ns, e.time_completed_ns, e.duration_ms,
-              traceback_of[e.rank][e.stack_id] if e.stack_id >= 0 else None)
-             for dump in dumps.values() for e in dump.entries))
+            "INSERT INTO entry_kinds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ((i, k.pg_name, k.pg_desc, k.op, k.backend, shared(k.input_sizes), shared(k.output_sizes), shared(k.input_dtypes),
+              shared(k.output_dtypes), int(k.is_p2p)) for k, i in kind_ids.items()))
         connection.executescript(INDEXES)
         connection.commit()
     finally:
