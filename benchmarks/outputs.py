@@ -1,9 +1,9 @@
-"""What the pictures cost: --html and --chrome-trace against a plain run, and their sizes.
+"""What the optional outputs cost: --html, --stats, --sqlite, --chrome-trace against a plain run.
 
     python benchmarks/outputs.py [--ranks 256] [--entries 2000] [--repeat 5] [--data bench-data]
 
-Generates a faulty set once (benchmarks/generate.py --fault skip), then runs frtrace plain, with
---html, with --chrome-trace --trace-ranks and with the whole --chrome-trace, interleaved; prints
+Generates a faulty set once (benchmarks/generate.py --fault skip), then runs frtrace plain and with
+each output (--chrome-trace with --trace-ranks and whole), interleaved; prints
 the median wall and CPU time, the median extra time over the plain run measured pair by pair, and
 each output's size. A benchmark, not a test: it asserts nothing.
 """
@@ -39,10 +39,12 @@ def main(argv=None) -> int:
     variants = {
         "plain": [],
         "--html": ["--html", str(out / "report.html")],
+        "--stats": ["--stats"],
+        "--sqlite": ["--sqlite", str(out / "hang.db")],
         "--trace-ranks": ["--chrome-trace", str(out / "few.json"), "--trace-ranks"],
         "--chrome-trace": ["--chrome-trace", str(out / "all.json")],
     }
-    files = {"--html": out / "report.html", "--trace-ranks": out / "few.json", "--chrome-trace": out / "all.json"}
+    files = {"--html": out / "report.html", "--sqlite": out / "hang.db", "--trace-ranks": out / "few.json", "--chrome-trace": out / "all.json"}
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(args.repeat):
         for name, extra in variants.items():
