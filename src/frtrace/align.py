@@ -38,6 +38,13 @@ def unit_ops(unit: UnitEntries) -> tuple[str, ...]:
     return tuple(e.op for e in unit)
 
 
+def entry_label(entry: Entry, table: GroupTable) -> str:
+    """One entry as the reports name it: `all_reduce #7 of tp`, `send 0->1 p2p #2 of pp`."""
+    group = table.group_of(entry.rank, entry.pg_name)
+    number = f"p2p #{entry.p2p_seq_id}" if entry.is_p2p else f"#{entry.collective_seq_id}"
+    return f"{entry.op} {number} of {group.label if group else entry.pg_name}"
+
+
 def unit_label(unit: UnitEntries) -> str:
     ops = [e.op for e in unit if e.op not in rules.COALESCED_TERMINATORS]
     if len(unit) == 1 or not ops:

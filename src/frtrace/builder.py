@@ -37,7 +37,7 @@ from .types import Analysis, Dump, Group, recode
 
 def frames_text(stack) -> str:
     """A stack as the tracebacks table stores it: one `name at file:line` per line."""
-    return "\n".join(f"{f.name} at {f.filename}:{f.line}" for f in stack)
+    return "\n".join(map(str, stack))
 
 
 def group_ids(groups: tuple[Group, ...]) -> dict[tuple, str]:
@@ -63,8 +63,7 @@ class _Shared:
         key = (dump.rank, stack_id)
         found = self.frames.get(key)
         if found is None:
-            stack = dump.stacks[stack_id] if 0 <= stack_id < len(dump.stacks) else ()
-            found = self.frames[key] = [{"name": f.name, "filename": f.filename, "line": f.line} for f in stack]
+            found = self.frames[key] = [{"name": f.name, "filename": f.filename, "line": f.line} for f in dump.stack_of(stack_id)]
         return found
 
 

@@ -16,10 +16,10 @@ from collections import Counter
 from html import escape
 from typing import TextIO
 
-from .align import format_ranks, tracks_completion
+from .align import entry_label, format_ranks, tracks_completion
 from .groups import GroupTable
-from .timeline import _root_entries
-from .types import Analysis, Dump, Entry, Finding, Frame
+from .timeline import root_entries
+from .types import Analysis, Dump, Finding
 
 # cell states, in the order they win when several apply
 MISMATCHED, NEVER, IN_FLIGHT, NO_DATA, DONE, NOT_MEMBER = "mismatched", "never issued", "in flight", "no completion data", "completed", ""
@@ -247,12 +247,6 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _frames(dump: Dump, entry: Entry | None) -> tuple[Frame, ...]:
-    if entry is None or not 0 <= entry.stack_id < len(dump.stacks):
-        return ()
-    return dump.stacks[entry.stack_id]
-
-
 def _stacks(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root: Finding | None) -> str:
     """The culprit's stack where it stopped, beside the stack most issuers of the root
     collective had there; frames compared from the outermost, the first difference marked."""
@@ -262,9 +256,9 @@ def _stacks(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root:
     blocked = analysis.culprit_entries.get(culprit)
     last = dumps[culprit].entries[-1] if culprit in dumps and len(dumps[culprit].entries) else None
     shown = blocked or last  # nothing in flight: its last op, where it went on from
-    mine = _frames(dumps[culprit], shown) if culprit in dumps else ()
-    issued = _root_entries(root, dumps, table)
-    stacks = Counter(_frames(dumps[r], e) for r, e in issued.items() if r != culprit)
+    mine = dumps[culprit].stack_of(shown.stack_id) if shown else ()
+    issued = root_entries(root, dumps, table)
+    stacks = Counter(dumps[r].stack_of(e.stack_id) for r, e in issued.items() if r != culprit)
     if not mine and not stacks:
         return ""
     theirs, count = stacks.most_common(1)[0] if stacks else ((), 0)
@@ -272,23 +266,16 @@ def _stacks(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root:
     differ = next((i for i, (a, b) in enumerate(zip(outer_mine, outer_theirs)) if a != b), min(len(mine), len(theirs)))
     rows = []
     for i in range(max(len(mine), len(theirs))):
-        a = _frame_text(outer_mine[i]) if i < len(mine) else ""
-        b = _frame_text(outer_theirs[i]) if i < len(theirs) else ""
+        a = str(outer_mine[i]) if i < len(mine) else ""
+        b = str(outer_theirs[i]) if i < len(theirs) else ""
         rows.append(f"<tr{' class=diff' if i == differ else ''}><td>{'&rarr; ' if i == differ else ''}{escape(a)}</td>"
                     f"<td>{escape(b)}</td></tr>")
-    group = table.group_of(culprit, shown.pg_name) if shown else None
-    number = f"p2p #{shown.p2p_seq_id}" if shown and shown.is_p2p else f"#{shown.collective_seq_id}" if shown else ""
-    where = (f"{'' if blocked else 'its last op, '}{shown.op} {number} of "
-             f"{group.label if group else shown.pg_name}" if shown else "no op in its dump")
+    where = f"{'' if blocked else 'its last op, '}{entry_label(shown, table)}" if shown else "no op in its dump"
     same = "" if differ < max(len(mine), len(theirs)) else " The two stacks are the same."
     return (f"<h2>Stacks at the divergence</h2><p class='note'>Outermost frame first; the first frame that differs is "
             f"marked.{same}</p><table class='stacks' id='stacks'><tr><th>rank {culprit} (culprit) in {escape(where)}</th>"
             f"<th>{count} rank(s) in {escape(root.op)} #{root.collective_seq_id} of {escape(root.group.label)}</th></tr>"
             f"{''.join(rows)}</table>")
-
-
-def _frame_text(frame: Frame) -> str:
-    return f"{frame.name} at {frame.filename}:{frame.line}"
 
 
 def _late_arrivals(dumps: dict[int, Dump], table: GroupTable) -> list[tuple[int, int, int, float]]:

@@ -14,7 +14,9 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .align import format_ranks, tracks_completion
+from tabulate import tabulate
+
+from .align import entry_label, format_ranks, ranks_word, tracks_completion
 from .groups import GroupTable
 from .types import Analysis, Dump
 
@@ -115,9 +117,7 @@ def _sits_in(rank: int, dump: Dump, analysis: Analysis, table: GroupTable) -> st
     if not len(dump.entries):
         return "no op in its dump"
     last = dump.entries[-1]
-    group = table.group_of(rank, last.pg_name)
-    number = f"p2p #{last.p2p_seq_id}" if last.is_p2p else f"#{last.collective_seq_id}"
-    return f"last op {last.op} {number} of {group.label if group else last.pg_name} ({last.state})"
+    return f"last op {entry_label(last, table)} ({last.state})"
 
 
 def compare_sets(dumps_a: dict[int, Dump], table_a: GroupTable, dumps_b: dict[int, Dump], table_b: GroupTable,
@@ -163,13 +163,13 @@ def _verdict(steps: list[RankStep], frozen: list[int], moving: list[int], analys
     culprits, waiting, idle = frozen_kinds(frozen, analysis_b)
     parts = []
     if culprits:
-        parts.append(f"{_ranks(culprits)} {'is' if len(culprits) == 1 else 'are'} frozen (B's culprit)")
-    parts.extend(f"{_ranks(ranks)} wait in {op}" for op, ranks in waiting.items())
+        parts.append(f"{ranks_word(culprits)} {'is' if len(culprits) == 1 else 'are'} frozen (B's culprit)")
+    parts.extend(f"{ranks_word(ranks)} wait in {op}" for op, ranks in waiting.items())
     if idle:
-        parts.append(f"{_ranks(idle)} made no new record")
+        parts.append(f"{ranks_word(idle)} made no new record")
     if not moving:
         return "stuck", f"STUCK: no rank moved between A and B, so the hang predates A: {'; '.join(parts)}"
-    return "partly_stuck", (f"PARTLY STUCK: {'; '.join(parts)}; {_ranks(moving)} {'is' if len(moving) == 1 else 'are'} "
+    return "partly_stuck", (f"PARTLY STUCK: {'; '.join(parts)}; {ranks_word(moving)} {'is' if len(moving) == 1 else 'are'} "
                             "still moving")
 
 
@@ -187,10 +187,6 @@ def frozen_kinds(frozen: list[int], analysis_b: Analysis) -> tuple[list[int], di
         else:
             idle.append(rank)
     return culprits, dict(waiting), idle
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 
 
 def op_timings(dumps_a: dict[int, Dump], table_a: GroupTable, dumps_b: dict[int, Dump], table_b: GroupTable) -> list[OpTiming]:
@@ -262,8 +258,6 @@ MAX_ROWS = 32
 
 
 def render_comparison(comparison: Comparison, timings: list[OpTiming] | None, out, head: int = 20) -> None:
-    from tabulate import tabulate
-
     print(comparison.headline, file=out)
     if comparison.verdict != "progressing":
         print(f"B's own analysis: {comparison.analysis_b.headline}", file=out)

@@ -61,12 +61,12 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             entry = dumps[rank].entries[-1] if dumps.get(rank) and dumps[rank].entries else None
         if entry is None:
             continue
-        stacks = dumps[rank].stacks
-        if not 0 <= entry.stack_id < len(stacks):
+        stack = dumps[rank].stack_of(entry.stack_id)
+        if not stack:
             continue
         print(f"\nStack of rank {rank}'s {entry.op} #{entry.collective_seq_id} ({entry.pg_desc or entry.pg_name}), innermost first:", file=out)
-        for frame in stacks[entry.stack_id]:
-            print(f"  {frame.name} at {frame.filename}:{frame.line}", file=out)
+        for frame in stack:
+            print(f"  {frame}", file=out)
 
     checked = len(analysis.checks)
     matched = sum(1 for c in analysis.checks if not c.missing_ranks and c.mismatch is None)

@@ -9,7 +9,6 @@ import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from itertools import repeat
-from operator import itemgetter
 
 from .builder import frames_text, group_ids
 from .groups import GroupTable

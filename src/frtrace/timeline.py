@@ -62,7 +62,7 @@ def _time_span(dumps: Iterable[Dump]) -> tuple[int, int] | None:
     return (min(firsts), max(lasts)) if firsts else None
 
 
-def _root_entries(finding: Finding, dumps: dict[int, Dump], table: GroupTable) -> dict[int, Entry]:
+def root_entries(finding: Finding, dumps: dict[int, Dump], table: GroupTable) -> dict[int, Entry]:
     """Rank -> its entry of the finding's collective, for the members that issued it."""
     found: dict[int, Entry] = {}
     seq = finding.collective_seq_id
@@ -140,7 +140,7 @@ def _events(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, ranks
         if not finding.root_cause:
             continue
         tid = thread_of.get(finding.group.key, 0)
-        issued = {r: e for r, e in _root_entries(finding, dumps, table).items() if r in shown}
+        issued = {r: e for r, e in root_entries(finding, dumps, table).items() if r in shown}
         starts = [s for s in map(_start, issued.values()) if s]
         begun = min(starts) if starts else last
         for rank in finding.ranks:

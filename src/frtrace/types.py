@@ -22,6 +22,9 @@ class Frame:
     filename: str
     line: int
 
+    def __str__(self) -> str:
+        return f"{self.name} at {self.filename}:{self.line}"
+
 
 class Entry(NamedTuple):
     """One Flight Recorder record, normalized across format versions.
@@ -246,6 +249,10 @@ class Dump:
     def relative_seqs(self) -> bool:
         """Seq ids count each group's ops from the oldest the buffer holds (see anchor.py)."""
         return self.seq_counter == SEQ_PROCESS_WRAPPED
+
+    def stack_of(self, stack_id: int) -> tuple[Frame, ...]:
+        """The frames of an entry's stack id; none for -1 or an id the dump does not hold."""
+        return self.stacks[stack_id] if 0 <= stack_id < len(self.stacks) else ()
 
     @property
     def wrapped(self) -> bool:

@@ -502,19 +502,23 @@ class WaitGraph:
             return _NOT_REACHED if last is not None and last < seq else None
         return None
 
+    def _siblings(self, group: Group) -> list[GroupView]:
+        """The views of the group and of the groups with its desc and size (the other TP or DP
+        replicas); the group's alone where it has no desc."""
+        desc = group.desc
+        if not desc or desc == "undefined":
+            return [self.views[group.key]]
+        return [v for v in self.views.values() if v.group.desc == desc and len(v.group.ranks) == len(group.ranks)]
+
     def _comparable(self, group: Group) -> bool:
-        """Whether the group and its siblings (same desc and size) all have their own numbers."""
-        desc, size = group.desc, len(group.ranks)
-        return self.views[group.key].own_numbers and all(
-            v.own_numbers for v in self.views.values() if desc and desc != "undefined" and v.group.desc == desc
-            and len(v.group.ranks) == size)
+        """Whether the group and its siblings all have their own numbers."""
+        return all(v.own_numbers for v in self._siblings(group))
 
     def _class_views(self, group: Group) -> list[GroupView]:
-        desc = group.desc
         own = self.views[group.key]
-        if not desc or desc == "undefined" or not own.own_numbers:
+        if not own.own_numbers:
             return [own]
-        return [v for v in self.views.values() if v.group.desc == desc and len(v.group.ranks) == len(group.ranks) and v.own_numbers]
+        return [v for v in self._siblings(group) if v.own_numbers]
 
     def missing_findings(self, frontier: dict[tuple, int]) -> list[Finding]:
         findings = []
