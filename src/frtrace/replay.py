@@ -93,7 +93,8 @@ def _is_default(group: dict, world: int) -> bool:
     return group["desc"] == "default_pg" or (group["name"] == "0" and group["ranks"] == list(range(world)))
 
 
-def _rank_main(rank: int, plan: dict, backend: str, timeout: float, dumps: str, init: str, store_port: int) -> None:
+def _rank_main(rank: int, plan: dict, backend: str, timeout: float, dumps: str, init: str, store_host: str,
+               store_port: int) -> None:
     import torch
     import torch.distributed as dist
 
@@ -103,9 +104,8 @@ def _rank_main(rank: int, plan: dict, backend: str, timeout: float, dumps: str, 
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(max(2000, 2 * len(listed) + 16))
     limit = datetime.timedelta(seconds=timeout)
     dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=limit)
-    store = dist.TCPStore(init.split("//")[1].split(":")[0] if init.startswith("tcp") else os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                          store_port, world, rank == 0, timeout=datetime.timedelta(seconds=timeout + 30))
-    groups = {g["name"]: dist.new_group(g["ranks"], timeout=limit, group_desc=g["desc"] or None)
+    store = dist.TCPStore(store_host, store_port, world, rank == 0, timeout=datetime.timedelta(seconds=timeout + 30))
+    groups = {g["id"]: dist.new_group(g["ranks"], timeout=limit, group_desc=g["desc"] or None)
               for g in plan["groups"] if not _is_default(g, world)}
     notes: list[str] = []
     timings: list[tuple[str, float]] = []
@@ -142,10 +142,6 @@ def _summary(timings: list[tuple[str, float]]) -> dict:
     return {name: {"count": len(v), "mean_ms": round(sum(v) / len(v), 3)} for name, v in found.items()}
 
 
-def _spawned(rank: int, plan: dict, backend: str, timeout: float, dumps: str, init: str, store_port: int) -> None:
-    _rank_main(rank, plan, backend, timeout, dumps, init, store_port)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m frtrace.replay", description=__doc__.splitlines()[0])
     parser.add_argument("plan_dir", help="the folder frtrace replay wrote")
@@ -168,14 +164,16 @@ def main(argv=None) -> int:
         return 2
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torchrun: this process is one rank
         port = int(os.environ.get("MASTER_PORT", "29500"))
-        _rank_main(int(os.environ["RANK"]), plan, args.backend, args.timeout, dumps, "env://", port + 1)
+        _rank_main(int(os.environ["RANK"]), plan, args.backend, args.timeout, dumps, "env://",
+                   os.environ.get("MASTER_ADDR", "127.0.0.1"), port + 1)
         return 0
     import torch.multiprocessing as mp
 
     port = _free_port()
     # gloo on CPU: forked ranks share the parent's imported torch (seconds saved per rank); CUDA needs spawn
     method = "fork" if args.backend == "gloo" else "spawn"
-    context = mp.start_processes(_spawned, args=(plan, args.backend, args.timeout, dumps, f"tcp://127.0.0.1:{port}", _free_port()),
+    context = mp.start_processes(_rank_main, args=(plan, args.backend, args.timeout, dumps, f"tcp://127.0.0.1:{port}",
+                                                   "127.0.0.1", _free_port()),
                                  nprocs=plan["world_size"], join=False, start_method=method)
     for process in context.processes:  # one by one: a rank that dies must not take the others down
         process.join()

@@ -1,6 +1,6 @@
 """A dump set's communication as data, for `python -m frtrace.replay` to run (`frtrace replay`).
 
-The plan holds the job's process groups (names, descs, ranks, in the order they were made) and,
+The plan holds the job's process groups (ids, names, descs, ranks, in the order they were made) and,
 per rank, its recorded collectives in buffer order: op, group, shapes, dtype, and the root of
 rooted ops (gather/scatter: the member that had the list; broadcast/reduce: the dumps do not
 record it, so the group's first rank). Needs no torch: only the runner does.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from .builder import group_ids
 from .groups import GroupTable
 from .types import Analysis, Dump
 
@@ -32,31 +33,44 @@ _ROOTED = {"gather": "out", "scatter": "in"}  # the root is the member whose ent
 _P2P = ("send", "recv")
 
 
+class _Groups:
+    """The job's groups by the id the plan names them by: builder.group_ids' (the group's name,
+    or name:ranks where split_group made two groups of one name)."""
+
+    def __init__(self, table: GroupTable) -> None:
+        self.table = table
+        self.id_of = group_ids(table.groups)  # group key -> id
+        self.by_id = {self.id_of[g.key]: g for g in table.groups}
+
+    def ranks(self, group_id: str) -> tuple[int, ...]:
+        return self.by_id[group_id].ranks
+
+    def family(self, group_id: str) -> tuple[str, int]:
+        group = self.by_id[group_id]
+        return group.desc, len(group.ranks)
+
+
 def build_plan(dumps: dict[int, Dump], table: GroupTable, analysis: Analysis, mode: str) -> dict:
-    names = {g.key: g.name for g in table.groups}
-    groups = [{"name": g.name, "desc": g.desc, "ranks": list(g.ranks)} for g in table.groups]
+    groups = _Groups(table)
+    listed = [{"id": groups.id_of[g.key], "name": g.name, "desc": g.desc, "ranks": list(g.ranks)} for g in table.groups]
     notes: list[str] = []
     ops: dict[int, list[dict]] = {}
     for rank, dump in dumps.items():
-        ops[rank] = _recorded(rank, dump, table, names, notes)
+        ops[rank] = _recorded(rank, dump, groups, notes)
     _rooted(ops)
-    fillers = _trim_wrapped(ops, table, names, notes)
+    fillers = _trim_wrapped(ops, groups, notes)
     silent = [r for r in table.world if r not in dumps]
     if mode == "majority":
-        silent = _majority(ops, table, analysis, silent, notes)
+        silent = _majority(ops, groups, analysis, silent, notes)
     else:
-        _silent_programs(ops, table, analysis, silent, notes)
+        _silent_programs(ops, groups, analysis, silent, notes)
     plan_ranks = {}
     for rank in table.world:
-        opening = [dict(FILLER, group=name) for name, count in fillers if rank in _ranks_of(table, name) for _ in range(count)]
+        opening = [dict(FILLER, group=gid) for gid, count in fillers if rank in groups.ranks(gid) for _ in range(count)]
         plan_ranks[str(rank)] = opening + ops.get(rank, [])
     return {"format": PLAN_FORMAT, "version": PLAN_VERSION, "mode": mode, "world_size": len(table.world),
-            "backend_recorded": _backend(dumps), "groups": groups, "silent_ranks": silent, "ranks": plan_ranks,
+            "backend_recorded": _backend(dumps), "groups": listed, "silent_ranks": silent, "ranks": plan_ranks,
             "verdict_recorded": analysis.headline, "culprits_recorded": list(analysis.culprit_ranks), "notes": notes}
-
-
-def _ranks_of(table: GroupTable, name: str) -> tuple[int, ...]:
-    return next((g.ranks for g in table.groups if g.name == name), ())
 
 
 def _backend(dumps: dict[int, Dump]) -> str:
@@ -67,16 +81,16 @@ def _backend(dumps: dict[int, Dump]) -> str:
     return ""
 
 
-def _recorded(rank: int, dump: Dump, table: GroupTable, names: dict, notes: list[str]) -> list[dict]:
+def _recorded(rank: int, dump: Dump, groups: _Groups, notes: list[str]) -> list[dict]:
     found = []
     skipped: dict[str, int] = defaultdict(int)
     for entry in dump.entries:
-        group = table.group_of(rank, entry.pg_name)
+        group = groups.table.group_of(rank, entry.pg_name)
         base = entry.op.split(" ")[0]
         if group is None or base == "coalesced" or not base:
             skipped[entry.op or "unnamed op"] += 1
             continue
-        op = {"op": base, "group": names[group.key], "in": [list(s) for s in entry.input_sizes],
+        op = {"op": base, "group": groups.id_of[group.key], "in": [list(s) for s in entry.input_sizes],
               "out": [list(s) for s in entry.output_sizes],
               "dtype": (entry.input_dtypes or entry.output_dtypes or ("Float",))[0], "seq": entry.collective_seq_id}
         if base in _P2P:
@@ -107,7 +121,7 @@ def _rooted(ops: dict[int, list[dict]]) -> None:
                 op["root"] = holders.get((op["group"], op["seq"]))
 
 
-def _trim_wrapped(ops: dict[int, list[dict]], table: GroupTable, names: dict, notes: list[str]) -> list[tuple[str, int]]:
+def _trim_wrapped(ops: dict[int, list[dict]], groups: _Groups, notes: list[str]) -> list[tuple[str, int]]:
     """Keep each group's collectives from the first seq id all its recorded members hold; return
     (group name, fillers) for the seq ids before it."""
     first: dict[str, int] = {}
@@ -124,13 +138,8 @@ def _trim_wrapped(ops: dict[int, list[dict]], table: GroupTable, names: dict, no
             notes.append(f"rank {rank}: {len(listed) - len(kept)} op(s) before what every member of their group still "
                          "holds left out (wrapped buffers)")
         ops[rank] = kept
-    order = [names[g.key] for g in table.groups]
-    return [(name, first[name] - 1) for name in order if first.get(name, 1) > 1]
-
-
-def _family(table: GroupTable, name: str) -> tuple[str, int]:
-    group = next(g for g in table.groups if g.name == name)
-    return group.desc, len(group.ranks)
+    order = [groups.id_of[g.key] for g in groups.table.groups]
+    return [(gid, first[gid] - 1) for gid in order if first.get(gid, 1) > 1]
 
 
 def _reference(ops: dict[int, list[dict]], analysis: Analysis) -> int | None:
@@ -140,43 +149,43 @@ def _reference(ops: dict[int, list[dict]], analysis: Analysis) -> int | None:
     return max(healthy, key=lambda r: (len(ops[r]), -r)) if healthy else None
 
 
-def _carry_to(rank: int, program: list[dict], table: GroupTable) -> list[dict] | None:
+def _carry_to(rank: int, program: list[dict], groups: _Groups) -> list[dict] | None:
     """`program` on `rank`'s own groups of the same kinds (desc and size); None where it has none
     of some kind the program uses."""
     own: dict[tuple, str] = {}
-    for group in table.groups:
+    for gid, group in groups.by_id.items():
         if rank in group.ranks:
-            own.setdefault((group.desc, len(group.ranks)), group.name)
+            own.setdefault(groups.family(gid), gid)
     carried = []
     for op in program:
-        target = own.get(_family(table, op["group"]))
+        target = own.get(groups.family(op["group"]))
         if target is None:
             return None
-        carried.append(_carried(op, target, table))
+        carried.append(_carried(op, target, groups))
     return carried
 
 
-def _silent_programs(ops: dict[int, list[dict]], table: GroupTable, analysis: Analysis, silent: list[int],
+def _silent_programs(ops: dict[int, list[dict]], groups: _Groups, analysis: Analysis, silent: list[int],
                      notes: list[str]) -> None:
     """A rank without a dump did what its peers did until the first op they wait for it in: the
     reference program, carried to its groups and cut there. It still writes no dump."""
     reference = _reference(ops, analysis)
     for rank in silent:
-        carried = _carry_to(rank, ops[reference], table) if reference is not None else None
+        carried = _carry_to(rank, ops[reference], groups) if reference is not None else None
         if carried is None:
             notes.append(f"rank {rank} left no dump and no rank's program fits its groups: it issues nothing")
             continue
-        awaited = [(f.group.name, f.collective_seq_id) for f in analysis.findings
+        awaited = [(groups.id_of[f.group.key], f.collective_seq_id) for f in analysis.findings
                    if rank in f.ranks and f.collective_seq_id is not None]
         cut = next((i for i, op in enumerate(carried)
-                    if any(op["group"] == name and op.get("seq") is not None and op["seq"] >= seq for name, seq in awaited)),
+                    if any(op["group"] == gid and op.get("seq") is not None and op["seq"] >= seq for gid, seq in awaited)),
                    len(carried))
         ops[rank] = carried[:cut]
         notes.append(f"rank {rank} left no dump: it runs rank {reference}'s program on its own groups up to the first op "
                      f"the others wait for it in ({cut} ops), and writes no dump")
 
 
-def _majority(ops: dict[int, list[dict]], table: GroupTable, analysis: Analysis, silent: list[int],
+def _majority(ops: dict[int, list[dict]], groups: _Groups, analysis: Analysis, silent: list[int],
               notes: list[str]) -> list[int]:
     """Give every rank the reference rank's program on its own groups; return the ranks still
     silent (no program fits them)."""
@@ -186,8 +195,8 @@ def _majority(ops: dict[int, list[dict]], table: GroupTable, analysis: Analysis,
         return silent
     program = ops[reference]
     still_silent = []
-    for rank in table.world:
-        carried = _carry_to(rank, program, table) if rank != reference else program
+    for rank in groups.table.world:
+        carried = _carry_to(rank, program, groups) if rank != reference else program
         if carried is not None:
             ops[rank] = carried
             continue
@@ -199,10 +208,10 @@ def _majority(ops: dict[int, list[dict]], table: GroupTable, analysis: Analysis,
     return still_silent
 
 
-def _carried(op: dict, group: str, table: GroupTable) -> dict:
+def _carried(op: dict, group: str, groups: _Groups) -> dict:
     """The op on another group of its kind: roots and peers keep their place in the group."""
     carried = dict(op, group=group)
-    source, target = _ranks_of(table, op["group"]), _ranks_of(table, group)
+    source, target = groups.ranks(op["group"]), groups.ranks(group)
     for key in ("root", "peer"):
         if carried.get(key) is not None and carried[key] in source:
             carried[key] = target[source.index(carried[key])]
