@@ -105,3 +105,28 @@ def test_replay_never_writes_into_or_over_what_it_was_given(tmp_path, capsys):
     assert main(["replay", str(FIXTURES / "skip_goes_on"), "-o", str(taken)]) == 2
     assert [p.name for p in taken.iterdir()] == ["notes.txt"]
     assert "never writes over anything" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- the runner's input
+@pytest.mark.parametrize("text,says", [
+    ("{\"format\": \"frtrace-replay\", \"ranks\"", "cannot read the plan"),  # cut short
+    ("[1, 2, 3]", "not a replay plan"),
+    ("{\"format\": \"frtrace-replay\", \"world_size\": 2, \"groups\": [], \"ranks\": {\"0\": []}, \"silent_ranks\": []}",
+     "a list of ops for every rank"),
+    ("{\"format\": \"something else\"}", "not a replay plan"),
+], ids=["truncated", "a-list", "a-rank-without-ops", "another-format"])
+def test_a_damaged_plan_is_one_line_and_exit_2(tmp_path, text, says):
+    (tmp_path / "plan.json").write_text(text)
+    done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "dumps").exists()
+
+
+def test_a_plan_asking_for_a_huge_tensor_is_refused_before_anything_is_allocated():
+    from frtrace.replay import MAX_NUMEL, _tensor
+
+    class NoTorch:  # any allocation would fail the test
+        def zeros(self, *args, **kwargs):
+            raise AssertionError("allocated")
+    with pytest.raises(ValueError, match="not allocated"):
+        _tensor(NoTorch(), [MAX_NUMEL, 2], "Float")

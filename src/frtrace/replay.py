@@ -24,8 +24,33 @@ import sys
 import time
 from pathlib import Path
 
+from .limits import MAX_RANK
+
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
            "Long": "int64", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
+
+
+def _plan_problem(plan) -> str | None:
+    """What makes `plan` unusable, before any process starts: its shape, not its ops' values
+    (an op the runner cannot issue stops only its rank)."""
+    if not isinstance(plan, dict) or plan.get("format") != "frtrace-replay":
+        return "no frtrace-replay format mark"
+    world = plan.get("world_size")
+    if type(world) is not int or not 0 < world <= MAX_RANK:
+        return f"world_size must be a number of ranks up to {MAX_RANK}"
+    groups, ranks, silent = plan.get("groups"), plan.get("ranks"), plan.get("silent_ranks")
+    if not isinstance(groups, list) or not all(
+            isinstance(g, dict) and isinstance(g.get("id"), str) and isinstance(g.get("name"), str)
+            and isinstance(g.get("desc"), str) and isinstance(g.get("ranks"), list)
+            and all(type(r) is int and 0 <= r < world for r in g["ranks"]) for g in groups):
+        return "groups must list id, name, desc and ranks of the world"
+    if not isinstance(ranks, dict) or any(not isinstance(ranks.get(str(r)), list) for r in range(world)):
+        return "ranks must hold a list of ops for every rank"
+    if not all(isinstance(op, dict) for ops in ranks.values() for op in ops):
+        return "every op must be an object"
+    if not isinstance(silent, list) or not all(type(r) is int for r in silent):
+        return "silent_ranks must be a list of ranks"
+    return None
 
 
 def _free_port() -> int:
@@ -155,8 +180,10 @@ def main(argv=None) -> int:
         print(f"frtrace.replay: {args.plan_dir}/plan.json: cannot read the plan ({exc}); write it with frtrace replay DIR -o {args.plan_dir}",
               file=sys.stderr)
         return 2
-    if plan.get("format") != "frtrace-replay":
-        print(f"frtrace.replay: {args.plan_dir}/plan.json is not a replay plan written by frtrace replay", file=sys.stderr)
+    problem = _plan_problem(plan)
+    if problem:
+        print(f"frtrace.replay: {args.plan_dir}/plan.json is not a replay plan written by frtrace replay ({problem}); "
+              f"write it again with frtrace replay DIR -o {args.plan_dir}", file=sys.stderr)
         return 2
     dumps = args.dumps or str(Path(args.plan_dir) / "dumps")
     if Path(dumps).exists() and any(Path(dumps).iterdir()):
