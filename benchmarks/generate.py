@@ -1,20 +1,35 @@
 """Generate large SYNTHETIC NCCL-layout dump sets for benchmarks.
 
     python benchmarks/generate.py OUT_DIR --ranks 256 --entries 2000 [--tp 8] [--pp 1]
-                                  [--fault none|skip|size|dtype] [--wrap]
+                                  [--fault none|skip|size|dtype] [--wrap] [--coalesced] [--timing]
+                                  [--repeated-times] [--stacks shared|own|off] [--own-values] [--json]
 
-A TP x PP x DP job: each step runs tp all_reduces, a dp reduce_scatter and all_gather, pp sends
-and recvs between stages, and a world all_reduce. Each rank keeps its last --entries records;
-with --wrap, even tp groups run extra ops so buffers wrap at different points. --fault injects
-one desync at the last step on the middle rank. Entries carry five stack frames, as real dumps do.
+A TP x PP x DP job: each step runs tp all_reduces, a dp reduce_scatter and all_gather (with
+--coalesced: one coalesced group of two all_gathers and its terminator), pp sends and recvs
+between stages, and a world all_reduce. Each rank keeps its last --entries records; with --wrap,
+even tp groups run extra ops so buffers wrap at different points. --fault injects one desync at
+the last step on the middle rank.
+
+The shape of the values, which is what loading costs:
+- by default entries of one op share one five-frame stack object, so the pickle holds it once;
+  --stacks own gives each entry its own list of frame dicts (what PyTorch's recorder writes),
+  --stacks off none.
+- --own-values: each entry's lists and tuples are its own objects too (no pickle memo sharing).
+- --timing: what NCCL writes with TORCH_NCCL_ENABLE_TIMING=1: start times, and creation, start and
+  completion times and durations that jitter per entry; --repeated-times: every entry of a rank
+  carries the same few timestamps (a coarse clock).
+- --json: JSON dumps (what _dump_fr_trace_json writes: no frames, lists for tuples, 0 for unset).
 Files are written by worker processes (one per core).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import os
 import pickle
+import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
@@ -56,22 +71,34 @@ def rank_dump(rank: int, args) -> dict:
     entries: list[dict] = []
     middle = args.ranks // 2 + 1
     stage = groups[mine["pp"]][1].index(rank) if "pp" in mine else 0
+    jitter = random.Random(rank)
+    stack_of: dict[str, list] = {}  # one stack per call site: the op's own first frame
 
-    def record(group: str, op: str, sizes_in, sizes_out, dtype="BFloat16", is_p2p=False):
+    def record(group: str, op: str, sizes_in, sizes_out, dtype="BFloat16", is_p2p=False, same_seq=False):
         if is_p2p:
             p2p[group] = p2p.get(group, 0) + 1
-        else:
+        elif not same_seq:
             seq[group] = seq.get(group, 0) + 1
         n = len(entries)
+        created = T0 + n * 2_000_000 + rank * 3_000
+        started, completed, duration = None, created + 900_000, 0.9
+        if args.timing:
+            started = created + jitter.randrange(1_000, 400_000)
+            completed = started + jitter.randrange(100_000, 1_500_000)
+            duration = (completed - started) / 1e6
+        if args.repeated_times:
+            created, completed = T0 + (n // 500) * 1_000_000_000, T0 + (n // 500 + 1) * 1_000_000_000
+            started = created if args.timing else None
         entries.append({
             "record_id": n, "pg_id": int(group), "process_group": (group, groups[group][0]),
             "collective_seq_id": seq.get(group, 0), "p2p_seq_id": p2p.get(group, 0), "op_id": n,
-            "profiling_name": f"nccl:{op}", "time_created_ns": T0 + n * 2_000_000 + rank * 3_000,
+            "profiling_name": f"nccl:{op}", "time_created_ns": created,
             "input_sizes": sizes_in, "input_dtypes": [dtype] * len(sizes_in),
             "output_sizes": sizes_out, "output_dtypes": [dtype] * len(sizes_out),
-            "state": "completed", "time_discovered_started_ns": None,
-            "time_discovered_completed_ns": T0 + n * 2_000_000 + 900_000, "duration_ms": 0.9, "retired": True,
-            "timeout_ms": 600_000, "is_p2p": is_p2p, "thread_id": "1", "thread_name": "main", "frames": FRAMES,
+            "state": "completed", "time_discovered_started_ns": started,
+            "time_discovered_completed_ns": completed, "duration_ms": duration, "retired": True,
+            "timeout_ms": 600_000, "is_p2p": is_p2p, "thread_id": "1", "thread_name": "main",
+            "frames": [] if args.stacks == "off" else stack_of.setdefault(op, [{**FRAMES[0], "name": op.split(" ")[0]}, *FRAMES[1:]]),
         })
 
     # every rank runs the same steps, enough to fill the buffer of the rank with the fewest ops per step
@@ -81,8 +108,13 @@ def rank_dump(rank: int, args) -> dict:
         last = step == steps - 1
         for _ in range(2 + extra):
             record(mine["tp"], "all_reduce", [[4096]], [[4096]])
-        record(mine["dp"], "_reduce_scatter_base", [[size["dp"] * 1024]], [[1024]])
-        record(mine["dp"], "_all_gather_base", [[1024]], [[size["dp"] * 1024]])
+        if args.coalesced:  # two all_gathers under one seq id, then the group's terminator
+            record(mine["dp"], "all_gather_into_tensor_coalesced", [[1024]], [[size["dp"] * 1024]])
+            record(mine["dp"], "all_gather_into_tensor_coalesced", [[512]], [[size["dp"] * 512]], same_seq=True)
+            record(mine["dp"], "ALLGATHER_coalesced", [], [], same_seq=True)
+        else:
+            record(mine["dp"], "_reduce_scatter_base", [[size["dp"] * 1024]], [[1024]])
+            record(mine["dp"], "_all_gather_base", [[1024]], [[size["dp"] * 1024]])
         if "pp" in mine:
             peers = groups[mine["pp"]][1]
             if stage + 1 < len(peers):
@@ -101,19 +133,39 @@ def rank_dump(rank: int, args) -> dict:
         entries[-1]["time_discovered_completed_ns"] = None
         entries[-1]["duration_ms"] = None
     entries = entries[-args.entries:]
+    if args.stacks == "own":
+        for entry in entries:
+            entry["frames"] = copy.deepcopy(entry["frames"])
+    if args.own_values:
+        for entry in entries:
+            for key in ("process_group", "input_sizes", "output_sizes", "input_dtypes", "output_dtypes"):
+                entry[key] = copy.deepcopy(entry[key])
     config = {g: {"name": g, "desc": d, "ranks": str(m)} for g, (d, m) in groups.items() if rank in m}
     return {"version": "2.10", "comm_lib_version": "2.27.5", "pg_config": config, "pg_status": {}, "entries": entries}
 
 
+def as_json(dump: dict) -> bytes:
+    """What _dump_fr_trace_json writes: no frames, 0 for an unset time."""
+    for entry in dump["entries"]:
+        del entry["frames"]
+        for key in ("time_discovered_started_ns", "time_discovered_completed_ns"):
+            entry[key] = entry[key] or 0
+        if entry["duration_ms"] is None:
+            del entry["duration_ms"]
+    return json.dumps(dump).encode()
+
+
 def write_rank(job) -> int:
     rank, args = job
-    data = pickle.dumps(rank_dump(rank, args), protocol=4)
-    with open(os.path.join(args.out, f"nccl_trace_rank_{rank}"), "wb") as handle:
+    dump = rank_dump(rank, args)
+    data = as_json(dump) if args.json else pickle.dumps(dump, protocol=4)
+    name = f"nccl_trace_rank_{rank}" + (".json" if args.json else "")
+    with open(os.path.join(args.out, name), "wb") as handle:
         handle.write(data)
     return len(data)
 
 
-def main(argv=None) -> int:
+def arguments() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--ranks", type=int, default=256)
@@ -122,6 +174,17 @@ def main(argv=None) -> int:
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--fault", choices=["none", "skip", "size", "dtype"], default="none")
     parser.add_argument("--wrap", action="store_true")
+    parser.add_argument("--coalesced", action="store_true")
+    parser.add_argument("--timing", action="store_true")
+    parser.add_argument("--repeated-times", action="store_true")
+    parser.add_argument("--stacks", choices=["shared", "own", "off"], default="shared")
+    parser.add_argument("--own-values", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = arguments()
     args = parser.parse_args(argv)
     if args.ranks % (args.tp * args.pp):
         parser.error("--ranks must be a multiple of --tp x --pp")

@@ -3,7 +3,7 @@
     python benchmarks/outputs.py [--ranks 256] [--entries 2000] [--repeat 5] [--data bench-data]
 
 Generates a faulty set once (benchmarks/generate.py --fault skip), then runs frtrace plain and with
-each output (--chrome-trace with --trace-ranks and whole), interleaved; prints
+each output (--chrome-trace with its default limits, and with every rank), interleaved; prints
 the median wall and CPU time, the median extra time over the plain run measured pair by pair, and
 each output's size. A benchmark, not a test: it asserts nothing.
 """
@@ -41,10 +41,11 @@ def main(argv=None) -> int:
         "--html": ["--html", str(out / "report.html")],
         "--stats": ["--stats"],
         "--sqlite": ["--sqlite", str(out / "hang.db")],
-        "--trace-ranks": ["--chrome-trace", str(out / "few.json"), "--trace-ranks"],
-        "--chrome-trace": ["--chrome-trace", str(out / "all.json")],
+        "--chrome-trace": ["--chrome-trace", str(out / "trace.json")],
+        "--trace-ranks all": ["--chrome-trace", str(out / "all.json"), "--trace-ranks", "all"],
     }
-    files = {"--html": out / "report.html", "--sqlite": out / "hang.db", "--trace-ranks": out / "few.json", "--chrome-trace": out / "all.json"}
+    files = {"--html": out / "report.html", "--sqlite": out / "hang.db", "--chrome-trace": out / "trace.json",
+             "--trace-ranks all": out / "all.json"}
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     for _ in range(args.repeat):
         for name, extra in variants.items():

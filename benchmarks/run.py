@@ -1,12 +1,18 @@
 """Time frtrace, the pickle-load floor and (when installed) torchfrtrace on the same dump sets.
 
     python benchmarks/run.py --ranks 256 4096 [--repeat 3] [--torchfrtrace PATH] [--data bench-data]
+    python benchmarks/run.py --matrix [--ranks 256] [--repeat 5] [--shapes base timing ...]
 
 Generates each dump set once (benchmarks/generate.py, into --data), then runs every tool --repeat
 times, interleaved so that load from the rest of the machine falls on all alike, and prints the
 median wall time, the peak RSS of the largest process, and the ratio to the floor measured in the
 same run: a single process that pickle.loads every file and does nothing else. A benchmark, not
 a test: it asserts nothing, it reports.
+
+--matrix runs frtrace against the floor on one dump set per shape of dump (MATRIX: timing on and
+off, timestamps unique or repeated, stacks shared, own or off, p2p, coalesced groups, wrapped
+buffers, JSON dumps), as interleaved pairs, and prints per shape the median of the pairs' wall
+and CPU ratios (CPU: user + system of the whole process tree), and frtrace's peak RSS.
 """
 
 from __future__ import annotations
@@ -22,16 +28,33 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FLOOR = "import os, pickle, sys\nd = sys.argv[1]\nfor n in sorted(os.listdir(d)):\n    with open(os.path.join(d, n), 'rb') as f:\n        pickle.load(f)\n"
+FLOOR = ("import json, os, pickle, sys\nd = sys.argv[1]\nfor n in sorted(os.listdir(d)):\n"
+         "    with open(os.path.join(d, n), 'rb') as f:\n        (json if n.endswith('.json') else pickle).load(f)\n")
+# shape -> generate.py arguments, on top of a TP=8 job; "worst" stacks the costly ones
+MATRIX = {
+    "base": [],
+    "timing": ["--timing"],
+    "repeated-times": ["--repeated-times"],
+    "timing, repeated": ["--timing", "--repeated-times"],
+    "stacks off": ["--stacks", "off"],
+    "own stacks": ["--stacks", "own"],
+    "own values": ["--stacks", "own", "--own-values"],
+    "p2p (pp 2)": ["--pp", "2"],
+    "coalesced": ["--coalesced"],
+    "wrapped": ["--wrap"],
+    "json": ["--json"],
+    "worst": ["--timing", "--stacks", "own", "--own-values", "--pp", "2", "--coalesced", "--wrap"],
+}
 
 
-def measure(argv: list[str]) -> tuple[float, float, int]:
-    """Wall seconds, peak RSS in MiB (largest process of the tree), exit code."""
+def measure(argv: list[str]) -> tuple[float, float, int, float]:
+    """Wall seconds, peak RSS in MiB (largest process of the tree), exit code, CPU seconds (user
+    + system of the process and the children it waited for)."""
     start = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
-    return elapsed, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
+    return elapsed, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
 
 
 def machine() -> str:
@@ -55,9 +78,13 @@ def main(argv=None) -> int:
     parser.add_argument("--torchfrtrace", default=shutil.which("torchfrtrace"), help="path of torchfrtrace (default: PATH)")
     parser.add_argument("--torchfrtrace-max-ranks", type=int, default=256, help="skip torchfrtrace above this (it is slow)")
     parser.add_argument("--frtrace", default=shutil.which("frtrace") or "frtrace")
+    parser.add_argument("--matrix", action="store_true", help="frtrace against the floor on every shape of dump")
+    parser.add_argument("--shapes", nargs="+", choices=list(MATRIX), default=list(MATRIX), help="with --matrix: these shapes only")
     args = parser.parse_args(argv)
 
     print(f"machine: {machine()}")
+    if args.matrix:
+        return matrix(args)
     rows = []
     for ranks in args.ranks:
         data = Path(args.data) / f"r{ranks}_e{args.entries}"
@@ -71,23 +98,53 @@ def main(argv=None) -> int:
         }
         if args.torchfrtrace and ranks <= args.torchfrtrace_max_ranks:
             tools["torchfrtrace"] = [args.torchfrtrace, str(data), "-o", os.devnull]
-        runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in tools}
+        runs: dict[str, list[tuple[float, float, int, float]]] = {name: [] for name in tools}
         for _ in range(args.repeat):
             for name, command in tools.items():
                 runs[name].append(measure(command))
-        floor = statistics.median(t for t, _, _ in runs["pickle.load floor"])
+        floor = statistics.median(t for t, *_ in runs["pickle.load floor"])
         entries = ranks * args.entries
         for name, results in runs.items():
-            seconds = statistics.median(t for t, _, _ in results)
-            peak = max(m for _, m, _ in results)
-            codes = sorted({c for _, _, c in results})
+            seconds = statistics.median(t for t, *_ in results)
+            peak = max(m for _, m, *_ in results)
+            codes = sorted({c for _, _, c, _ in results})
             rows.append((ranks, f"{size:.0f} MiB", name, f"{seconds:.2f}", f"{peak:.0f}", f"{seconds / floor:.2f}",
                          f"{seconds / entries * 1e6:.2f}", ",".join(map(str, codes))))
-    headers = ("ranks", "dumps", "tool", "median s", "peak RSS MiB", "x floor", "us/entry", "exit")
+    table(("ranks", "dumps", "tool", "median s", "peak RSS MiB", "x floor", "us/entry", "exit"), rows)
+    return 0
+
+
+def matrix(args) -> int:
+    rows = []
+    for ranks in args.ranks:
+        for shape in args.shapes:
+            data = Path(args.data) / f"matrix-r{ranks}_e{args.entries}-{shape.replace(' ', '_').replace(',', '')}"
+            data = Path(str(data).replace("(", "").replace(")", ""))
+            if not data.exists():
+                generate = [sys.executable, str(HERE / "generate.py"), str(data), "--ranks", str(ranks), "--entries",
+                            str(args.entries), "--tp", "8", *MATRIX[shape]]
+                subprocess.run(generate, check=True)
+            size = sum(f.stat().st_size for f in data.iterdir()) / 2**20
+            floor_runs, runs = [], []
+            for _ in range(args.repeat):
+                floor_runs.append(measure([sys.executable, "-c", FLOOR, str(data)]))
+                runs.append(measure([args.frtrace, "-d", str(data), "-o", os.devnull]))
+            wall = statistics.median(run[0] / floor[0] for run, floor in zip(runs, floor_runs))
+            cpu = statistics.median(run[3] / floor[3] for run, floor in zip(runs, floor_runs))
+            rows.append((ranks, shape, f"{size:.0f} MiB", f"{statistics.median(f[0] for f in floor_runs):.2f}",
+                         f"{statistics.median(f[3] for f in floor_runs):.2f}", f"{statistics.median(r[0] for r in runs):.2f}",
+                         f"{statistics.median(r[3] for r in runs):.2f}", f"{wall:.2f}", f"{cpu:.2f}",
+                         f"{max(r[1] for r in runs):.0f}", ",".join(map(str, sorted({r[2] for r in runs})))))
+            print(*rows[-1], sep="  ", file=sys.stderr)
+    table(("ranks", "shape", "dumps", "floor wall s", "floor CPU s", "frtrace wall s", "frtrace CPU s", "wall x floor",
+           "CPU x floor", "peak RSS MiB", "exit"), rows)
+    return 0
+
+
+def table(headers: tuple, rows: list[tuple]) -> None:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
     for row in [headers, tuple("-" * w for w in widths), *rows]:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)))
-    return 0
 
 
 if __name__ == "__main__":

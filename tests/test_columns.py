@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
-from argparse import Namespace
 from dataclasses import astuple
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from frtrace import runs
 from frtrace.builder import build_database
 from frtrace.discover import find_dump_files
 from frtrace.groups import resolve_groups
-from frtrace.loader import load_dumps, normalize
+from frtrace.loader import load_dumps, normalize, read_dump
 from frtrace.matcher import analyze
 from frtrace.types import EntryColumns
 from test_properties import dump_sets
@@ -52,8 +51,10 @@ def _assert_same_both_ways(directory: Path, monkeypatch) -> tuple:
     return fast, slow
 
 
-def _generated(directory: Path, ranks=16, entries=120, tp=4, pp=1, fault="none", wrap=False) -> Path:
-    args = Namespace(ranks=ranks, entries=entries, tp=tp, pp=pp, fault=fault, wrap=wrap, out=str(directory))
+def _generated(directory: Path, ranks=16, entries=120, tp=4, pp=1, fault="none", wrap=False, shape=()) -> Path:
+    args = generate.arguments().parse_args([str(directory), "--ranks", str(ranks), "--entries", str(entries), "--tp", str(tp),
+                                            "--pp", str(pp), "--fault", fault, *(["--wrap"] if wrap else []), *shape])
+    directory.mkdir(exist_ok=True)
     for rank in range(ranks):
         generate.write_rank((rank, args))
     return directory
@@ -74,6 +75,53 @@ def test_generated_jobs_give_the_same_answer_both_ways(fault, wrap, pp, tmp_path
         assert fast.verdict == "clean", fast.headline
     else:
         assert fast.verdict == "desync" and fast.culprit_ranks == (middle,), fast.headline
+
+
+SHAPES = {  # benchmarks/run.py --matrix's shapes of dump
+    "timing": ["--timing"], "repeated-times": ["--timing", "--repeated-times"], "stacks-off": ["--stacks", "off"],
+    "own-stacks": ["--stacks", "own"], "own-values": ["--stacks", "own", "--own-values"], "coalesced": ["--coalesced"],
+    "json": ["--json"], "worst": ["--timing", "--stacks", "own", "--own-values", "--coalesced"],
+}
+
+
+@pytest.mark.parametrize("fault", ["none", "skip"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_shape_of_dump_gives_the_same_answer_both_ways(shape, fault, tmp_path, monkeypatch):
+    fast, _ = _assert_same_both_ways(_generated(tmp_path, pp=2, fault=fault, wrap=True, shape=SHAPES[shape]), monkeypatch)
+    if fault == "none":
+        assert fast.verdict == "clean", fast.headline
+    else:
+        assert fast.verdict == "desync" and fast.culprit_ranks == (16 // 2 + 1,), fast.headline
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_shape_of_dump_reads_the_same_by_the_fast_and_careful_paths(shape, tmp_path, monkeypatch):
+    from frtrace import fastpath
+
+    _generated(tmp_path, ranks=8, entries=60, tp=4, pp=2, wrap=True, shape=SHAPES[shape])
+    taken = []
+    fast_columns = fastpath.fast_columns
+    monkeypatch.setattr(fastpath, "fast_columns", lambda *args: taken.append(fast_columns(*args)) or taken[-1])
+    for path in sorted(tmp_path.iterdir()):
+        fast = read_dump(str(path), 0)
+        assert taken.pop() is not None, f"{path.name}: the fast path declined a {shape} dump"
+        with monkeypatch.context() as patch:
+            patch.setattr(fastpath, "fast_columns", lambda *args: None)
+            careful = read_dump(str(path), 0)
+        assert fast.entries == careful.entries and fast.stacks == careful.stacks
+        assert list(fast.entries) == list(careful.entries)
+        every_third = range(len(fast.entries) - 1, -1, -3)
+        assert fast.entries.at(every_third) == [careful.entries[i] for i in every_third]
+        if "--stacks" not in SHAPES[shape] and "--json" not in SHAPES[shape]:  # a stack per op
+            assert [fast.stacks[i][0].name for i in fast.entries.stack_id] == [e.op.split(" ")[0] for e in fast.entries]
+
+
+def test_stacks_shared_or_own_objects_read_alike(tmp_path):
+    _generated(tmp_path / "shared", ranks=8, entries=40, tp=4)
+    _generated(tmp_path / "own", ranks=8, entries=40, tp=4, shape=["--stacks", "own", "--own-values"])
+    shared, own = (read_dump(str(tmp_path / kind / "nccl_trace_rank_3"), 3) for kind in ("shared", "own"))
+    assert shared.entries == own.entries and shared.stacks == own.stacks
+    assert [own.stacks[i][0].name for i in own.entries.stack_id] == [e.op.split(" ")[0] for e in own.entries]
 
 
 def test_more_than_256_kinds_compare_as_arrays(tmp_path, monkeypatch):
@@ -98,6 +146,7 @@ def test_entry_columns_read_back_the_entries_they_were_made_from():
     again = EntryColumns.from_entries(3, entries)
     assert list(again) == entries and again == entries
     assert dump.entries[-1] == entries[2] and dump.entries[1:] == entries[1:]
+    assert dump.entries.at([2, 0]) == [entries[2], entries[0]] and again.at([1]) == [entries[1]]
     assert list(reversed(dump.entries)) == entries[::-1]
     assert list(pickle.loads(pickle.dumps(dump.entries))) == entries
     assert [e.op for e in entries] == ["all_reduce", "broadcast", "all_reduce"] and entries[1].state == "completed"

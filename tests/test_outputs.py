@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, entry, make_dump
+from conftest import FIXTURES, entry, make_dump, ops, write_dumps
 from frtrace.cli import main
 from frtrace.discover import find_dump_files
 from frtrace.groups import resolve_groups
@@ -106,6 +106,30 @@ def test_trace_ranks_and_trace_last_cut_a_big_job(tmp_path):
     dumps, table, analysis = analysed("tp_skip_rank3")
     root = next(f for f in analysis.findings if f.root_cause)
     assert len(root.group.ranks) < len(table.world) and set(chosen_ranks(analysis, dumps, table, 0)) == set(root.group.ranks)
+
+
+def test_a_big_jobs_trace_holds_the_chosen_ranks_unless_all_are_asked_for(tmp_path, capsys):
+    from frtrace.timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO
+    world = TRACE_EVERY_RANK_UP_TO + 1
+    culprit = world - 3  # never issues #3: the lowest ranks are not it
+    dumps = {r: make_dump([*ops(2, state="completed"), *([] if r == culprit else [entry(seq=3)])],
+                          pg_config={"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}})
+             for r in range(world)}
+    folder = write_dumps(tmp_path / "dumps", dumps)
+
+    def ranks_in(*extra) -> set[int]:
+        assert main(["-d", str(folder), "--chrome-trace", str(tmp_path / "t.json"), *extra]) == 1
+        return {e["pid"] for e in json.loads((tmp_path / "t.json").read_text())["traceEvents"] if e["ph"] == "X"}
+
+    capsys.readouterr()
+    assert ranks_in() == {culprit, *range(DEFAULT_TRACE_RANKS)}
+    said = capsys.readouterr().err
+    assert f"holds {DEFAULT_TRACE_RANKS + 1} of {world} ranks" in said and "--trace-ranks all" in said
+    assert ranks_in("--trace-ranks", "all") == set(range(world)) and "holds" not in capsys.readouterr().err
+    assert ranks_in("--trace-ranks", "1") == {culprit, 0} and "holds" not in capsys.readouterr().err
+    smaller = write_dumps(tmp_path / "small", {r: dumps[r] for r in range(TRACE_EVERY_RANK_UP_TO)})
+    assert main(["-d", str(smaller), "--chrome-trace", str(tmp_path / "s.json")]) in (0, 1)
+    assert {e["pid"] for e in json.loads((tmp_path / "s.json").read_text())["traceEvents"]} == set(range(TRACE_EVERY_RANK_UP_TO))
 
 
 def test_a_trace_path_ending_in_gz_is_gzipped(tmp_path):

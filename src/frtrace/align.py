@@ -168,7 +168,7 @@ def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Grou
             track = Track(first_seq=run.first_seq, last_seq=run.first_seq + len(run.positions) - 1, entries=columns,
                           positions=run.positions, kinds=codes.kinds_of(rank, run.kinds), states=codes.states_of(rank, run.states))
         else:
-            track = _unit_track(rank, group, [columns[i] for i in run.positions], member, notes)
+            track = _unit_track(rank, group, columns.at(run.positions), member, notes)
         if track is not None:
             tracks[group] = track
     return tracks, notes

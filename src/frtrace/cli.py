@@ -35,7 +35,7 @@ from .replay_plan import build_plan
 from .report import render_entries, render_text, report_dict
 from .sqlite_out import write_sqlite
 from .stats import compute_stats, render_stats
-from .timeline import DEFAULT_TRACE_RANKS, write_chrome_trace
+from .timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks, write_chrome_trace
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -59,6 +59,7 @@ class Options:
     jobs: int = 1
     chrome_trace: str | None = None
     trace_ranks: int | None = None
+    trace_every_rank: bool = False  # --trace-ranks all: no default limit on a big job
     trace_last: int | None = None
     html: str | None = None
     sqlite: str | None = None
@@ -87,9 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here ('-' for stdout)")
     parser.add_argument("--chrome-trace", metavar="PATH",
                         help="write a timeline for Perfetto UI / chrome://tracing (gzipped when PATH ends in .gz)")
-    parser.add_argument("--trace-ranks", type=int, nargs="?", const=DEFAULT_TRACE_RANKS, metavar="N",
+    parser.add_argument("--trace-ranks", type=_trace_ranks, nargs="?", const=DEFAULT_TRACE_RANKS, metavar="N|all",
                         help=f"with --chrome-trace: only the culprits, their groups' members and N other ranks "
-                             f"(default {DEFAULT_TRACE_RANKS})")
+                             f"(default {DEFAULT_TRACE_RANKS}; the default for jobs of more than {TRACE_EVERY_RANK_UP_TO} "
+                             f"ranks); 'all': every rank")
     parser.add_argument("--trace-last", type=int, metavar="N", help="with --chrome-trace: only each rank's last N entries")
     parser.add_argument("--html", metavar="PATH", help="write a one-file HTML report (opens from disk, no network)")
     parser.add_argument("--sqlite", metavar="PATH", help="write the database and every raw entry as SQLite tables")
@@ -158,7 +160,7 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
     if (args.trace_ranks is not None or args.trace_last is not None) and not args.chrome_trace:
         raise UsageError("--trace-ranks and --trace-last choose what --chrome-trace writes; add --chrome-trace PATH")
     for flag, value in (("--trace-ranks", args.trace_ranks), ("--trace-last", args.trace_last)):
-        if value is not None and value < (0 if flag == "--trace-ranks" else 1):
+        if value is not None and value != "all" and value < (0 if flag == "--trace-ranks" else 1):
             raise UsageError(f"{flag} must be {'0 or more' if flag == '--trace-ranks' else 'at least 1'}, not {value}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
@@ -181,7 +183,8 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         progress=stderr_is_tty,
         jobs=args.jobs or _default_jobs(),
         chrome_trace=args.chrome_trace,
-        trace_ranks=args.trace_ranks,
+        trace_ranks=None if args.trace_ranks == "all" else args.trace_ranks,
+        trace_every_rank=args.trace_ranks == "all",
         trace_last=args.trace_last,
         html=args.html,
         sqlite=args.sqlite,
@@ -189,12 +192,30 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
     )
 
 
+def _trace_ranks(value: str) -> int | str:
+    if value == "all":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of ranks or 'all', not {value!r}") from None
+
+
+def _trace_limit(options: Options, dumps: dict) -> int | None:
+    """The --trace-ranks in force: as given, else every rank of a job up to TRACE_EVERY_RANK_UP_TO
+    ranks and the default selection of a bigger one (its whole timeline is too big to open)."""
+    if options.trace_ranks is None and not options.trace_every_rank and len(dumps) > TRACE_EVERY_RANK_UP_TO:
+        return DEFAULT_TRACE_RANKS
+    return options.trace_ranks
+
+
 def _write_trace(handle, analysis, dumps, table, options: Options) -> None:
+    limit = _trace_limit(options, dumps)
     if options.chrome_trace.endswith(".gz"):  # Perfetto UI reads gzipped traces
         with gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as packed, io.TextIOWrapper(packed, encoding="utf-8") as text:
-            write_chrome_trace(analysis, dumps, table, text, options.trace_ranks, options.trace_last)
+            write_chrome_trace(analysis, dumps, table, text, limit, options.trace_last)
     else:
-        write_chrome_trace(analysis, dumps, table, handle, options.trace_ranks, options.trace_last)
+        write_chrome_trace(analysis, dumps, table, handle, limit, options.trace_last)
 
 
 def _requested_outputs(options: Options) -> list[tuple[str, str, str, bool]]:
@@ -281,6 +302,10 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             outputs.commit()  # an OutputError from here says what was and was not written
         except KeyboardInterrupt as exc:  # held off during the commit: lands when it is over
             raise Interrupted(outputs.written_note()) from exc
+    if options.chrome_trace and options.trace_ranks is None and _trace_limit(options, loaded.dumps) is not None:
+        shown = len(chosen_ranks(analysis, loaded.dumps, table, DEFAULT_TRACE_RANKS))
+        print(f"frtrace: --chrome-trace holds {shown} of {len(loaded.dumps)} ranks (the culprits, their peers and "
+              f"{DEFAULT_TRACE_RANKS} others); '--trace-ranks all' writes every rank", file=err)
     if options.json_path != "-":
         def report() -> None:
             render_text(analysis, loaded.dumps, loaded.skipped, out, mismatch_cap=options.mismatch_cap,

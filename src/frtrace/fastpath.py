@@ -12,7 +12,7 @@ import marshal
 import sys
 from math import inf
 from array import array
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
@@ -97,6 +97,10 @@ _FAST_OPTIONAL = ("time_created_ns", "time_discovered_started_ns", "time_discove
 _fetch = itemgetter(*_FAST_KEYS)
 _fetch_all = itemgetter(*_FAST_KEYS, *_FAST_OPTIONAL)
 _INT = {int}
+_STR = {str}
+_LIST = {list}
+_STR_OR_INT = {str, int}
+_NO_FRAMES: list = []
 _OPTIONAL_INT = {int, type(None)}
 _NUMBER = {int, float, type(None)}
 _frame_fields = itemgetter("name", "filename", "line")
@@ -184,31 +188,33 @@ def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dt
 
 
 def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array | None:
-    by_object: dict[int, int] = {}  # pickles share one frames list between entries: key on it
-    by_fields: dict[tuple, int] = {}
-    ids = array("i")
-    for frame_list in frames:
-        if not frame_list:
-            ids.append(-1)
-            continue
-        known = by_object.get(id(frame_list))
-        if known is None:
-            if type(frame_list) is not list or len(frame_list) > MAX_FRAMES:
-                return None
-            try:
-                fields = tuple(map(_frame_fields, frame_list))
-            except (KeyError, TypeError):
-                return None
-            # checked before the tuple is hashed: a deeply nested value would crash the hash
-            flat = list(chain.from_iterable(fields))
-            texts, lines = flat[0::3] + flat[1::3], flat[2::3]
-            if not (set(map(type, texts)) <= {str} and set(map(type, lines)) <= {int}
-                    and max(map(len, texts)) <= MAX_TEXT and 0 <= min(lines) and max(lines) <= MAX_INT):
-                return None
-            known = by_fields.get(fields)
-            if known is None:
-                stack = tuple(Frame(clean_text(n), clean_text(f), ln) for n, f, ln in fields)
-                known = by_fields[fields] = stacks.setdefault(stack, len(stacks))
-            by_object[id(frame_list)] = known
-        ids.append(known)
-    return small_int_column(ids)
+    """Each entry's stack id, new stacks added to `stacks` in order of first appearance; None where
+    a frame is not a plain dict of name, filename and line.
+
+    PyTorch writes every entry its own list of frame dicts, a pickle may share one list between
+    entries: both are read by C-level maps over the distinct lists, their frames' fields checked to
+    be text and numbers before anything is hashed (a deeply nested value would crash the hash), and
+    cut back into one key per list; a Python step runs once per distinct stack."""
+    if not set(map(type, filter(None, frames))) <= _LIST:
+        return None
+    lists = [frame_list or _NO_FRAMES for frame_list in frames]
+    by_id = dict(zip(map(id, lists), lists))
+    lengths = list(map(len, by_id.values()))
+    if max(lengths) > MAX_FRAMES:
+        return None
+    try:  # a dump's objects are data only (the unpickler's rule): anything but a dict raises TypeError
+        fields = list(map(_frame_fields, chain.from_iterable(by_id.values())))
+    except (KeyError, TypeError):
+        return None
+    if not set(map(type, chain.from_iterable(fields))) <= _STR_OR_INT:  # then hashing is safe
+        return None
+    rest = iter(fields)
+    keys = list(map(tuple, map(islice, repeat(rest), lengths)))
+    code_of = dict.fromkeys(keys)
+    for key in code_of:  # a few distinct stacks: each checked once
+        if not all(type(name) is str and type(filename) is str and type(line) is int and len(name) <= MAX_TEXT
+                   and len(filename) <= MAX_TEXT and 0 <= line <= MAX_INT for name, filename, line in key):
+            return None
+        code_of[key] = stacks.setdefault(tuple(Frame(clean_text(n), clean_text(f), ln) for n, f, ln in key), len(stacks)) if key else -1
+    id_of_list = dict(zip(by_id, map(code_of.__getitem__, keys)))
+    return small_int_column(array("i", map(id_of_list.__getitem__, map(id, lists))))

@@ -26,6 +26,7 @@ CATEGORY_NEVER = "never_issued"  # the root collective, drawn on a culprit's row
 COLOUR = {CATEGORY_DONE: "good", CATEGORY_UNTRACKED: "grey", CATEGORY_STUCK: "terrible", CATEGORY_NEVER: "yellow"}
 
 DEFAULT_TRACE_RANKS = 8  # --trace-ranks without a number: culprits, their group peers, and 8 others
+TRACE_EVERY_RANK_UP_TO = 64  # bigger jobs get --trace-ranks by default (256 x 2000 entries: 157 MB whole)
 
 
 def chosen_ranks(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, others: int) -> list[int]:
