@@ -8,9 +8,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+# Hypothesis: in CI (CI set) the same examples every run, so a red build is the change's doing;
+# locally new ones each run; HYPOTHESIS_PROFILE=long tries ten times as many (a few minutes)
+_SCALE = {"ci": 1, "dev": 1, "long": 10}
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.register_profile("long", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+settings.load_profile(PROFILE)
+
+
+def examples(count: int) -> int:
+    """A property test's number of examples under the profile in use."""
+    return count * _SCALE[PROFILE]
 
 
 def generated_job(directory: Path, ranks: int, entries: int = 2000) -> Path:

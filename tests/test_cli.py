@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from pathlib import Path
 
 from conftest import FIXTURES, generated_job, entry, make_dump, ops, write_dumps
 from frtrace import cli
@@ -110,6 +111,46 @@ def test_a_failure_while_writing_leaves_the_old_file(tmp_path, monkeypatch, caps
     assert "No space left on device" in capsys.readouterr().err
 
 
+def test_sqlite_is_written_beside_its_target_and_never_in_place(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "hang.db"
+    target.write_bytes(b"old")
+    real = cli.write_sqlite
+    seen = []
+
+    def watched(db, dumps, table, path):
+        real(db, dumps, table, path)
+        seen.append((path, target.read_bytes()))
+
+    monkeypatch.setattr(cli, "write_sqlite", watched)
+    assert main(["-d", SKIP, "--sqlite", str(target)]) == 1
+    ((written_to, target_then),) = seen
+    assert Path(written_to).parent == tmp_path and Path(written_to) != target and target_then == b"old"
+    assert target.read_bytes().startswith(b"SQLite format 3") and sorted(os.listdir(tmp_path)) == ["hang.db"]
+
+
+@pytest.mark.parametrize("failure", ["raised after writing", "disk full"])
+def test_a_failure_while_writing_sqlite_leaves_the_old_file(tmp_path, monkeypatch, capsys, failure):
+    from frtrace import sqlite_out
+    target = tmp_path / "hang.db"
+    target.write_bytes(b"old")
+    real = cli.write_sqlite
+
+    def broken(db, dumps, table, path):
+        real(db, dumps, table, path)  # a whole database, then the failure: it must not be renamed into place
+        raise OSError(28, "No space left on device")
+
+    if failure == "disk full":  # SQLite's own error, from a database that cannot grow past 2 pages
+        monkeypatch.setattr(sqlite_out, "SCHEMA", "PRAGMA max_page_count = 2;\n" + sqlite_out.SCHEMA)
+    else:
+        monkeypatch.setattr(cli, "write_sqlite", broken)
+    assert main(["-d", SKIP, "--sqlite", str(target), "-o", str(tmp_path / "db.pkl")]) == 2
+    assert target.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["hang.db"]  # and no db.pkl either
+    (said,) = capsys.readouterr().err.strip().splitlines()
+    assert said.startswith(f"frtrace: {target}: cannot write the SQLite database (")
+    assert ("full" if failure == "disk full" else "No space left on device") in said
+    assert "no output file was written or changed" in said
+
+
 def test_ctrl_c_exits_130_and_writes_nothing(tmp_path, monkeypatch, capsys):
     def interrupted(*args, **kw):
         raise KeyboardInterrupt
@@ -207,7 +248,12 @@ def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path):
                                 "--json", str(out / "r.json"), "--jobs", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        time.sleep(0.5)  # loading 128 ranks takes seconds
+        # stopped while loading: once the workers run (a fixed sleep could land in the imports of a
+        # slow machine, or after the loading of a fast one)
+        deadline = time.monotonic() + 60
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        while time.monotonic() < deadline and process.poll() is None and len(children.read_text().split()) < 2:
+            time.sleep(0.01)
         os.killpg(process.pid, signal.SIGINT)  # as a terminal does: the whole process group
         stdout, stderr = process.communicate(timeout=60)
     finally:

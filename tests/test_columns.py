@@ -9,9 +9,9 @@ from dataclasses import astuple
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
-from conftest import entry, make_dump, ops, scenario_dirs, write_dumps
+from conftest import entry, examples, make_dump, ops, scenario_dirs, write_dumps
 from frtrace import runs
 from frtrace.builder import build_database
 from frtrace.discover import find_dump_files
@@ -133,7 +133,7 @@ def test_more_than_256_kinds_compare_as_arrays(tmp_path, monkeypatch):
     assert [c.collective_seq_id for c in fast.checks if c.mismatch] == [301]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60))
 @given(dumps=dump_sets())
 def test_random_jobs_give_the_same_answer_both_ways(dumps, tmp_path_factory, monkeypatch):
     _assert_same_both_ways(write_dumps(tmp_path_factory.mktemp("set"), dumps), monkeypatch)

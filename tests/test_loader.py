@@ -7,13 +7,14 @@ import os
 import pickle
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES, entry, make_dump, ops, write_dumps
 from frtrace.discover import find_dump_files
 from frtrace.errors import DumpError, UsageError
-from frtrace.loader import load_dumps, read_dump
+from frtrace.loader import load_dumps, read_dump, read_raw
 
 
 def load(directory, **kw):
@@ -68,10 +69,12 @@ def test_real_gloo_placeholder_pg_config_counts_as_no_config(tmp_path):
 
 
 def test_pg_config_ranks_text_is_parsed_without_eval(tmp_path):
-    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},
-              "1": {"name": "1", "desc": "evil", "ranks": "__import__('os').system('true')"}}
-    write_dumps(tmp_path, {0: make_dump(ops(1), pg_config=config)})
-    dump = load(tmp_path).dumps[0]
+    marker = tmp_path / "pwned"
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"},  # eval'd, this makes a file and is a list
+              "1": {"name": "1", "desc": "evil", "ranks": f"__import__('pathlib').Path({str(marker)!r}).touch() or [0, 1]"}}
+    write_dumps(tmp_path / "d", {0: make_dump(ops(1), pg_config=config)})
+    dump = load(tmp_path / "d").dumps[0]
+    assert not marker.exists()
     assert [(g.name, g.ranks) for g in dump.group_configs] == [("0", (0, 1))]
     assert any("not a list of ranks" in n for n in dump.notes)
 
@@ -164,6 +167,71 @@ def test_a_pickle_that_would_run_code_is_refused_and_nothing_runs(tmp_path, payl
     assert list(result.dumps) == [1]
     (skipped,) = result.skipped
     assert "refused" in skipped.reason and "nccl_trace_rank_0" in skipped.path
+
+
+class _Global:
+    """A pickle that calls one global with some arguments (what a hostile dump does)."""
+
+    def __init__(self, function, *args):
+        self.function, self.args = function, args
+
+    def __reduce__(self):
+        return self.function, self.args
+
+
+def _hostile(marker):
+    import builtins
+    return {
+        "builtins.eval": _Global(builtins.eval, f"open({str(marker)!r}, 'w').write('ran')"),
+        "builtins.getattr": _Global(builtins.getattr, str(marker), "upper"),
+        "builtins.__import__": _Global(builtins.__import__, "os"),
+        "io.open": _Global(builtins.open, str(marker), "w"),
+        "posix.system": _Global(os.system, f"touch {marker}"),
+    }
+
+
+@pytest.mark.parametrize("name", list(_hostile(Path("x"))))
+def test_every_global_a_pickle_asks_for_is_refused_by_name(tmp_path, name):
+    marker = tmp_path / "pwned"
+    evil = make_dump(ops(1))
+    evil["entries"][0]["frames"] = [_hostile(marker)[name]]
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "nccl_trace_rank_0").write_bytes(pickle.dumps(evil))
+
+    result = load(tmp_path / "d")
+
+    assert not marker.exists() and not result.dumps
+    (skipped,) = result.skipped
+    assert f"asks for {name}" in skipped.reason and "do not trust this file" in skipped.reason
+
+
+def test_reading_a_fifo_never_waits_for_a_writer(tmp_path):
+    import threading
+    fifo = tmp_path / "nccl_trace_rank_0"
+    os.mkfifo(fifo)
+    said = []
+    reader = threading.Thread(target=lambda: said.append(_reason(lambda: read_raw(str(fifo)))), daemon=True)
+    reader.start()
+    reader.join(10)
+    if reader.is_alive():  # blocked in open(): let it go before failing
+        with open(fifo, "wb"):
+            pass
+        reader.join(10)
+        pytest.fail("opening the FIFO waited for a writer")
+    assert said == ["not a regular file; not read"]
+
+
+def test_a_directory_where_a_dump_was_is_not_read(tmp_path):
+    (tmp_path / "folder").mkdir()
+    assert _reason(lambda: read_raw(str(tmp_path / "folder"))) == "not a regular file; not read"
+
+
+def _reason(read) -> str:
+    try:
+        read()
+    except DumpError as exc:
+        return exc.reason
+    return "read"
 
 
 @pytest.mark.parametrize("content,reason", [

@@ -128,6 +128,58 @@ def test_a_rank_breaking_its_ops_own_size_rule_is_flagged(op, sizes, out, bad):
     assert (result.verdict == "desync") is bad
 
 
+# each case: rank 2 differs from the others only in what its op's cross-rank rule compares, and
+# keeps its own op's size rule, so nothing but the cross-rank comparison can see it
+@pytest.mark.parametrize("op,usual,odd", [
+    ("broadcast", (((4,),), ((4,),)), (((5,),), ((5,),))),
+    ("all_gather", (((2,),), ((8,),)), (((3,),), ((12,),))),
+    ("_all_gather_base", (((2,),), ((8,),)), (((3,),), ((12,),))),
+    ("reduce_scatter", (((8,),), ((2,),)), (((12,),), ((3,),))),
+    ("gather", (((3,),), ()), (((5,),), ())),
+    ("scatter", ((), ((3,),)), ((), ((5,),))),
+])
+def test_a_rank_whose_sizes_differ_from_the_groups_by_its_ops_rule_is_flagged(op, usual, odd):
+    dumps = {r: make_dump([*ops(2), entry(seq=3, op=op, sizes=usual[0], out=usual[1])]) for r in range(4)}
+    result = run(dumps)
+    assert result.verdict == "clean", result.headline
+    dumps[2] = make_dump([*ops(2), entry(seq=3, op=op, sizes=odd[0], out=odd[1])])
+    result = run(dumps)
+    assert result.verdict == "desync" and result.culprit_ranks == (2,), result.headline
+    assert result.findings[0].kind == "size_mismatch" and result.findings[0].collective_seq_id == 3
+
+
+# each case: rank 2 agrees with the others on what the cross-rank rule compares, and breaks only
+# its own op's size rule (a group of 4)
+@pytest.mark.parametrize("op,usual,odd", [
+    ("reduce_scatter", (((8,),), ((2,),)), (((6,),), ((2,),))),  # scatters 6 elements into 2 each for 4
+    ("all_gather", (((2,),), ((8,),)), (((2,),), ((10,),))),  # gathers more than 4 x 2
+    ("all_gather", (((2,),), ((8,),)), (((2,),), ((6,),))),  # and fewer
+])
+def test_a_rank_breaking_only_its_own_size_rule_is_flagged(op, usual, odd):
+    dumps = {r: make_dump([entry(op=op, sizes=usual[0], out=usual[1])]) for r in range(4)}
+    assert run(dumps).verdict == "clean"
+    dumps[2] = make_dump([entry(op=op, sizes=odd[0], out=odd[1])])
+    result = run(dumps)
+    assert result.verdict == "desync" and result.culprit_ranks == (2,), result.headline
+    assert result.findings[0].kind == "size_mismatch"
+
+
+def test_the_culprit_is_where_a_chain_of_waiting_ends():
+    # 0 and 4 wait for 1 in group a; 1 (with 3) waits for 2 in group b; 2 waits for nobody: the
+    # waiting ends at rank 2, the culprit. Rank 1 never joined a's #3 either, and is outvoted there,
+    # but it waits: it is not a culprit
+    groups = {"1": ("a", (0, 1, 4)), "2": ("b", (1, 2, 3))}
+    a, b = ({"pg": name, "desc": desc} for name, (desc, _) in groups.items())
+    dumps = {0: nccl([*ops(2, **a, state="completed"), entry(seq=3, **a)], groups),
+             1: nccl([*ops(2, **a, state="completed"), *ops(2, **b, state="completed"), entry(seq=3, **b)], groups),
+             2: nccl(ops(2, **b, state="completed"), groups),
+             3: nccl([*ops(2, **b, state="completed"), entry(seq=3, **b)], groups),
+             4: nccl([*ops(2, **a, state="completed"), entry(seq=3, **a)], groups)}
+    result = run(dumps)
+    assert result.verdict == "desync" and result.culprit_ranks == (2,), result.headline
+    assert result.blocked_in[1][1].name == "2" and result.blocked_in[0][1].name == "1"
+
+
 def test_gather_roots_and_non_roots_differ_legitimately():
     dumps = {r: make_dump([entry(op="gather", sizes=((3,),), out=((4, 3),) if r == 0 else ())]) for r in range(4)}
     assert run(dumps).verdict == "clean"

@@ -1,19 +1,13 @@
 """Read per-rank dump files into typed Dump records.
 
-A dump is data and must never run code: pickles go through an unpickler that refuses every
-global (so no callable can be named, let alone called), and files are opened non-blocking and
-checked to be regular before a byte is read. Every format version is normalized here, once, by
-looking at the fields that are present rather than at the version string.
+Each file is read and parsed by safe_read (a dump is data and must never run code), in worker
+processes. Every format version is normalized here, once, by looking at the fields that are
+present rather than at the version string.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import os
-import pickle
 import re
-import stat
 import sys
 import traceback
 from collections.abc import Iterator
@@ -25,10 +19,11 @@ from typing import Any
 
 from . import fastpath
 from . import workers as worker_processes
-from .discover import HEAD_BYTES, Discovery, DumpFile, sniff
+from .discover import Discovery, DumpFile
 from .errors import DumpError, InternalError, display_path, printable
 from .fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
-from .limits import MAX_DIMS, MAX_DUMP_BYTES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT, bounded_memory
+from .limits import MAX_DIMS, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
+from .safe_read import HugeInt, parse_raw, read_raw, short_reason
 from .runs import make_runs
 from .types import (
     SEQ_PER_GROUP,
@@ -46,118 +41,11 @@ from .types import (
     int_column,
 )
 
-_BOM = b"\xef\xbb\xbf"
 _RANKS_TEXT = re.compile(r"^\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]$")
-
-
-class _Refused(Exception):
-    pass
-
-
-class _DataOnlyUnpickler(pickle.Unpickler):
-    """Builds only dicts, lists, tuples, strings, numbers, bools and None."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise _Refused(f"{module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        raise _Refused("a persistent id")
 
 
 class _BadEntry(Exception):
     pass
-
-
-class _HugeInt:
-    """Stands for a JSON integer too long to convert: the field holding it is dropped or refused."""
-
-    def __init__(self, digits: int) -> None:
-        self.digits = digits
-
-    def __repr__(self) -> str:
-        return f"a {self.digits}-digit integer"
-
-
-def _bounded_int(text: str) -> int | _HugeInt:
-    return int(text) if len(text) <= 20 else _HugeInt(len(text))
-
-
-def read_raw(path: str) -> tuple[Any, str]:
-    """The raw object held by a dump file, and "pickle" or "json" (sniffed from the first bytes).
-
-    The file is opened non-blocking (a FIFO that replaced it since discovery must not block),
-    checked to be a regular file of bounded size, sniffed from its first bytes before the rest is
-    read, and parsed under a memory ceiling (limits.bounded_memory)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise DumpError(path, f"cannot open it ({exc.strerror}); check its permissions") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DumpError(path, "not a regular file; not read")
-        if info.st_size > MAX_DUMP_BYTES:
-            raise DumpError(path, f"more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder dump can hold; not read")
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            head = handle.read(HEAD_BYTES)
-            file_format = sniff(head)
-            if head and file_format is None:
-                raise DumpError(path, "its first bytes are not those of a pickle or JSON dump; leave it out")
-            data = head + handle.read(MAX_DUMP_BYTES + 1 - len(head))
-    except OSError as exc:
-        raise DumpError(path, f"cannot read it ({exc.strerror})") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_DUMP_BYTES:
-        raise DumpError(path, f"grew past {MAX_DUMP_BYTES >> 20} MiB while being read; not read")
-    return parse_raw(data, path)
-
-
-def parse_raw(data: bytes, path: str) -> tuple[Any, str]:
-    """The raw object a dump's bytes hold, and "pickle" or "json"; `path` names it in errors.
-    Parsed under a memory ceiling, by an unpickler that refuses every global."""
-    if not data:
-        raise DumpError(path, "empty file (the rank may have been killed before it dumped); leave it out or re-dump")
-    file_format = sniff(data[:HEAD_BYTES])
-    if file_format is None:
-        raise DumpError(path, "its first bytes are not those of a pickle or JSON dump; leave it out")
-    try:
-        with bounded_memory(len(data)):
-            if file_format == "json":
-                return _parse_json(data, path), "json"
-            return _DataOnlyUnpickler(io.BytesIO(data)).load(), "pickle"
-    except _Refused as exc:
-        raise DumpError(path, f"refused: the pickle asks for {printable(str(exc))[:120]}, and a dump holds only data; "
-                              "do not trust this file") from None
-    except MemoryError:
-        raise DumpError(path, f"parsing it needs far more memory than a {len(data)}-byte dump can; "
-                              "the file is damaged or hostile, leave it out") from None
-    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            OverflowError, UnicodeDecodeError, RecursionError) as exc:
-        if isinstance(exc, EOFError) or "truncated" in str(exc):
-            raise DumpError(path, "truncated pickle (the rank was likely killed mid-write); re-dump it or leave it out") from None
-        raise DumpError(path, f"not a readable pickle or JSON dump ({_short(exc)}); leave it out") from None
-
-
-def _parse_json(data: bytes, path: str) -> Any:
-    if data.startswith(_BOM):
-        data = data[len(_BOM):]
-    try:
-        return json.loads(data)
-    except ValueError as exc:
-        first = exc
-    except RecursionError:
-        raise DumpError(path, "not valid JSON (nested too deeply); the file is damaged, leave it out") from None
-    try:  # an integer too long to convert fails the fast parse: parse again, marking such numbers
-        return json.loads(data, parse_int=_bounded_int)
-    except (ValueError, RecursionError):
-        raise DumpError(path, f"not valid JSON ({_short(first)}); the file is truncated or damaged, "
-                              "re-dump the rank or leave it out") from None
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return printable(text[:120])
 
 
 def parse_version(value: Any) -> tuple[int, int] | None:
@@ -410,7 +298,7 @@ def _shown(value: Any) -> str:
         return printable(repr(value))
     if isinstance(value, (list, tuple, dict)):
         return f"a {type(value).__name__} of {len(value)} item(s)"
-    return printable(repr(value)) if isinstance(value, _HugeInt) else f"a {type(value).__name__}"
+    return printable(repr(value)) if isinstance(value, HugeInt) else f"a {type(value).__name__}"
 
 
 def normalize(raw: Any, rank: int, path: str, file_format: str) -> Dump:
@@ -661,7 +549,7 @@ def _load_one(job: tuple) -> CompactDump | DumpError | InternalError:
     except DumpError as exc:
         return exc
     except Exception as exc:  # never blamed on the rank: the rank's file may be fine
-        return InternalError(display_path(path), f"{type(exc).__name__}: {_short(exc)}", traceback.format_exc())
+        return InternalError(display_path(path), f"{type(exc).__name__}: {short_reason(exc)}", traceback.format_exc())
 
 
 def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[CompactDump | DumpError | InternalError]:

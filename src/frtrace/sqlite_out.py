@@ -107,7 +107,10 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
     that output.py renames into place: no journal is needed, nothing is read back half-written)."""
     ids = group_ids(table.groups)
     shared = _SharedJson()  # sizes and dtypes: a few objects shared by every row (db and dumps outlive it)
-    connection = sqlite3.connect(path)
+    try:
+        connection = sqlite3.connect(path)
+    except sqlite3.OperationalError as exc:
+        raise OSError(0, f"SQLite: {exc}") from None
     try:
         connection.execute("PRAGMA journal_mode = OFF")
         connection.execute("PRAGMA synchronous = OFF")
@@ -147,5 +150,7 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
               shared(k.output_dtypes), int(k.is_p2p)) for k, i in kind_ids.items()))
         connection.executescript(INDEXES)
         connection.commit()
+    except sqlite3.OperationalError as exc:  # a full disk, an I/O error: the output's fault, not frtrace's
+        raise OSError(0, f"SQLite: {exc}") from None
     finally:
         connection.close()

@@ -1,0 +1,128 @@
+"""Reading one dump file's bytes and parsing them, safely: a dump is data and must never run code.
+
+Pickles go through an unpickler that refuses every global (so no callable can be named, let alone
+called) and every persistent id; files are opened non-blocking (a FIFO put in a dump's place must
+not block) and checked to be regular files of bounded size before a byte is read; parsing runs
+under a memory ceiling. Every failure is a DumpError naming the file and what to do.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import stat
+from typing import Any
+
+from .discover import HEAD_BYTES, sniff
+from .errors import DumpError, printable
+from .limits import MAX_DUMP_BYTES, bounded_memory
+
+_BOM = b"\xef\xbb\xbf"
+
+
+class _Refused(Exception):
+    pass
+
+
+class _DataOnlyUnpickler(pickle.Unpickler):
+    """Builds only dicts, lists, tuples, strings, numbers, bools and None."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise _Refused(f"{module}.{name}")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _Refused("a persistent id")
+
+
+class HugeInt:
+    """Stands for a JSON integer too long to convert: the field holding it is dropped or refused."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"a {self.digits}-digit integer"
+
+
+def _bounded_int(text: str) -> int | HugeInt:
+    return int(text) if len(text) <= 20 else HugeInt(len(text))
+
+
+def read_raw(path: str) -> tuple[Any, str]:
+    """The raw object held by a dump file, and "pickle" or "json" (sniffed from the first bytes).
+
+    The file is opened non-blocking (a FIFO that replaced it since discovery must not block),
+    checked to be a regular file of bounded size, sniffed from its first bytes before the rest is
+    read, and parsed under a memory ceiling (limits.bounded_memory)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise DumpError(path, f"cannot open it ({exc.strerror}); check its permissions") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DumpError(path, "not a regular file; not read")
+        if info.st_size > MAX_DUMP_BYTES:
+            raise DumpError(path, f"more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder dump can hold; not read")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            head = handle.read(HEAD_BYTES)
+            file_format = sniff(head)
+            if head and file_format is None:
+                raise DumpError(path, "its first bytes are not those of a pickle or JSON dump; leave it out")
+            data = head + handle.read(MAX_DUMP_BYTES + 1 - len(head))
+    except OSError as exc:
+        raise DumpError(path, f"cannot read it ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_DUMP_BYTES:
+        raise DumpError(path, f"grew past {MAX_DUMP_BYTES >> 20} MiB while being read; not read")
+    return parse_raw(data, path)
+
+
+def parse_raw(data: bytes, path: str) -> tuple[Any, str]:
+    """The raw object a dump's bytes hold, and "pickle" or "json"; `path` names it in errors.
+    Parsed under a memory ceiling, by an unpickler that refuses every global."""
+    if not data:
+        raise DumpError(path, "empty file (the rank may have been killed before it dumped); leave it out or re-dump")
+    file_format = sniff(data[:HEAD_BYTES])
+    if file_format is None:
+        raise DumpError(path, "its first bytes are not those of a pickle or JSON dump; leave it out")
+    try:
+        with bounded_memory(len(data)):
+            if file_format == "json":
+                return _parse_json(data, path), "json"
+            return _DataOnlyUnpickler(io.BytesIO(data)).load(), "pickle"
+    except _Refused as exc:
+        raise DumpError(path, f"refused: the pickle asks for {printable(str(exc))[:120]}, and a dump holds only data; "
+                              "do not trust this file") from None
+    except MemoryError:
+        raise DumpError(path, f"parsing it needs far more memory than a {len(data)}-byte dump can; "
+                              "the file is damaged or hostile, leave it out") from None
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+            OverflowError, UnicodeDecodeError, RecursionError) as exc:
+        if isinstance(exc, EOFError) or "truncated" in str(exc):
+            raise DumpError(path, "truncated pickle (the rank was likely killed mid-write); re-dump it or leave it out") from None
+        raise DumpError(path, f"not a readable pickle or JSON dump ({short_reason(exc)}); leave it out") from None
+
+
+def _parse_json(data: bytes, path: str) -> Any:
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        first = exc
+    except RecursionError:
+        raise DumpError(path, "not valid JSON (nested too deeply); the file is damaged, leave it out") from None
+    try:  # an integer too long to convert fails the fast parse: parse again, marking such numbers
+        return json.loads(data, parse_int=_bounded_int)
+    except (ValueError, RecursionError):
+        raise DumpError(path, f"not valid JSON ({short_reason(first)}); the file is truncated or damaged, "
+                              "re-dump the rank or leave it out") from None
+
+
+def short_reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return printable(text[:120])
