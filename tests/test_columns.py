@@ -150,6 +150,10 @@ def test_entry_columns_read_back_the_entries_they_were_made_from():
     assert list(reversed(dump.entries)) == entries[::-1]
     assert list(pickle.loads(pickle.dumps(dump.entries))) == entries
     assert [e.op for e in entries] == ["all_reduce", "broadcast", "all_reduce"] and entries[1].state == "completed"
+    # durations a float array cannot hold are kept as a tuple: every way of reading gives None where none was recorded
+    odd = EntryColumns.from_entries(3, [entries[0]._replace(duration_ms=10**400), entries[1]])
+    assert isinstance(odd.duration_ms, tuple)
+    assert list(odd) == [odd[0], odd[1]] == odd.at([0, 1]) and odd[1].duration_ms is None
 
 
 def test_a_unit_track_with_a_gap_is_not_taken_for_an_issuer(tmp_path, monkeypatch):

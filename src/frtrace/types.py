@@ -6,7 +6,7 @@ Raw dicts from the dump files are converted once, in the loader; after it nothin
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from math import isnan
@@ -84,6 +84,10 @@ _NAN = float("nan")
 
 def _duration(value: float) -> float | None:
     return None if value != value else value  # NaN: not recorded
+
+
+def _whole(column: Sequence) -> Sequence:
+    return column
 
 
 _kind_fields = itemgetter(3, 4, 7, 8, 14, 9, 10, 11, 12)  # Entry -> Kind
@@ -192,36 +196,24 @@ class EntryColumns(Sequence):
     def __iter__(self) -> Iterator[Entry]:
         """Every entry, built by C-level maps over the columns (a Python call per entry only for
         durations, and only when some are missing)."""
-        count = len(self.kind)
-        kinds = list(map(self.kinds.__getitem__, self.kind))
-        part = [map(itemgetter(i), kinds) for i in range(len(Kind._fields))]
-        none_if_zero = {0: None}.get
-        durations = self.duration_ms
-        if isinstance(durations, array) and any(map(isnan, durations)):
-            durations = map(_duration, durations)
-        created, started, completed = self.time_created_ns, self.time_started_ns, self.time_completed_ns
-        return map(Entry, repeat(self.rank, count), range(count), self.record_id, part[0], part[1],
-                   self.collective_seq_id, self.p2p_seq_id, part[2], part[3], part[5], part[6], part[7], part[8],
-                   map(self.states.__getitem__, self.state), part[4], map(none_if_zero, created, created),
-                   map(none_if_zero, started, started), map(none_if_zero, completed, completed), durations, self.stack_id)
+        return self._built(range(len(self.kind)), _whole)
 
     def at(self, positions: Sequence[int]) -> list[Entry]:
-        """The entries at `positions`, built like __iter__'s: C-level maps over the picked values."""
-        def pick(column):
-            return map(column.__getitem__, positions)
+        """The entries at `positions`, built the same way from the values picked out."""
+        return list(self._built(positions, lambda column: list(map(column.__getitem__, positions))))
 
-        kinds = list(map(self.kinds.__getitem__, pick(self.kind)))
+    def _built(self, indices: Sequence[int], take: Callable[[Sequence], Sequence]) -> Iterator[Entry]:
+        kinds = list(map(self.kinds.__getitem__, take(self.kind)))
         part = [map(itemgetter(i), kinds) for i in range(len(Kind._fields))]
         none_if_zero = {0: None}.get
-        durations = list(pick(self.duration_ms))
-        if None in durations or any(map(isnan, filter(None, durations))):
-            durations = [None if d is None else _duration(d) for d in durations]
-        created, started, completed = (list(pick(c)) for c in (self.time_created_ns, self.time_started_ns, self.time_completed_ns))
-        return list(map(Entry, repeat(self.rank, len(positions)), positions, pick(self.record_id), part[0], part[1],
-                        pick(self.collective_seq_id), pick(self.p2p_seq_id), part[2], part[3], part[5], part[6], part[7],
-                        part[8], map(self.states.__getitem__, pick(self.state)), part[4], map(none_if_zero, created, created),
-                        map(none_if_zero, started, started), map(none_if_zero, completed, completed), durations,
-                        pick(self.stack_id)))
+        durations = take(self.duration_ms)
+        if not isinstance(self.duration_ms, array) or any(map(isnan, self.duration_ms)):
+            durations = map(_duration, durations)
+        created, started, completed = take(self.time_created_ns), take(self.time_started_ns), take(self.time_completed_ns)
+        return map(Entry, repeat(self.rank, len(indices)), indices, take(self.record_id), part[0], part[1],
+                   take(self.collective_seq_id), take(self.p2p_seq_id), part[2], part[3], part[5], part[6], part[7], part[8],
+                   map(self.states.__getitem__, take(self.state)), part[4], map(none_if_zero, created, created),
+                   map(none_if_zero, started, started), map(none_if_zero, completed, completed), durations, take(self.stack_id))
 
     def __reversed__(self) -> Iterator[Entry]:
         return map(self.__getitem__, reversed(range(len(self.kind))))
