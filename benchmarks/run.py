@@ -118,8 +118,8 @@ def matrix(args) -> int:
     rows = []
     for ranks in args.ranks:
         for shape in args.shapes:
-            data = Path(args.data) / f"matrix-r{ranks}_e{args.entries}-{shape.replace(' ', '_').replace(',', '')}"
-            data = Path(str(data).replace("(", "").replace(")", ""))
+            slug = "_".join("".join(c for c in shape if c.isalnum() or c in " -").split())  # "p2p (pp 2)" -> p2p_pp_2
+            data = Path(args.data) / f"matrix-r{ranks}_e{args.entries}-{slug}"
             if not data.exists():
                 generate = [sys.executable, str(HERE / "generate.py"), str(data), "--ranks", str(ranks), "--entries",
                             str(args.entries), "--tp", "8", *MATRIX[shape]]

@@ -209,8 +209,7 @@ def _trace_limit(options: Options, dumps: dict) -> int | None:
     return options.trace_ranks
 
 
-def _write_trace(handle, analysis, dumps, table, options: Options) -> None:
-    limit = _trace_limit(options, dumps)
+def _write_trace(handle, analysis, dumps, table, options: Options, limit: int | None) -> None:
     if options.chrome_trace.endswith(".gz"):  # Perfetto UI reads gzipped traces
         with gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as packed, io.TextIOWrapper(packed, encoding="utf-8") as text:
             write_chrome_trace(analysis, dumps, table, text, limit, options.trace_last)
@@ -278,6 +277,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
     anchoring = anchor_relative_seqs(loaded.dumps, table)
     analysis = analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring)
     status = EXIT_CLEAN if analysis.verdict == "clean" else EXIT_FOUND
+    trace_ranks = _trace_limit(options, loaded.dumps) if options.chrome_trace else None
     with Outputs(plans) as outputs:
         try:
             if options.output or options.sqlite:
@@ -288,7 +288,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                     with outputs.stage_path("--sqlite") as temp:
                         write_sqlite(db, loaded.dumps, table, temp)
             if options.chrome_trace:
-                outputs.stage("--chrome-trace", lambda f: _write_trace(f, analysis, loaded.dumps, table, options))
+                outputs.stage("--chrome-trace", lambda f: _write_trace(f, analysis, loaded.dumps, table, options, trace_ranks))
             if options.html:
                 outputs.stage("--html", lambda f: write_html(analysis, loaded.dumps, table, f))
             if options.json_path:
@@ -302,7 +302,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             outputs.commit()  # an OutputError from here says what was and was not written
         except KeyboardInterrupt as exc:  # held off during the commit: lands when it is over
             raise Interrupted(outputs.written_note()) from exc
-    if options.chrome_trace and options.trace_ranks is None and _trace_limit(options, loaded.dumps) is not None:
+    if trace_ranks != options.trace_ranks:  # a big job's default limit: said, with the way round it
         shown = len(chosen_ranks(analysis, loaded.dumps, table, DEFAULT_TRACE_RANKS))
         print(f"frtrace: --chrome-trace holds {shown} of {len(loaded.dumps)} ranks (the culprits, their peers and "
               f"{DEFAULT_TRACE_RANKS} others); '--trace-ranks all' writes every rank", file=err)

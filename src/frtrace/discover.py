@@ -21,7 +21,7 @@ HEAD_BYTES = 64
 _FORMAT_SUFFIXES = {".json": "json", ".pkl": "pickle", ".pickle": "pickle"}
 _RANK_AT_END = re.compile(r"^(.*?)(\d+)$", re.DOTALL)
 _MAX_RANK_DIGITS = len(str(MAX_RANK))
-_BOM = b"\xef\xbb\xbf"
+BOM = b"\xef\xbb\xbf"  # UTF-8 byte order mark, which some JSON writers put first
 # A pickle starts with PROTO (protocol 2 and later), or, in protocols 0 and 1, with the opening
 # of the top-level dict or list: MARK, EMPTY_DICT or EMPTY_LIST.
 _PICKLE_STARTS = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05", b"(", b"}", b"]")
@@ -31,7 +31,7 @@ def sniff(head: bytes) -> str | None:
     """"pickle" or "json" when the first bytes of a file can start a dump; None when they cannot."""
     if head.startswith(_PICKLE_STARTS):
         return "pickle"
-    text = head[len(_BOM):] if head.startswith(_BOM) else head
+    text = head.removeprefix(BOM)
     if text.lstrip()[:1] in (b"{", b"["):
         return "json"
     return None

@@ -97,7 +97,6 @@ _FAST_OPTIONAL = ("time_created_ns", "time_discovered_started_ns", "time_discove
 _fetch = itemgetter(*_FAST_KEYS)
 _fetch_all = itemgetter(*_FAST_KEYS, *_FAST_OPTIONAL)
 _INT = {int}
-_STR = {str}
 _LIST = {list}
 _STR_OR_INT = {str, int}
 _NO_FRAMES: list = []

@@ -15,11 +15,10 @@ import pickle
 import stat
 from typing import Any
 
-from .discover import HEAD_BYTES, sniff
+from .discover import BOM, HEAD_BYTES, sniff
 from .errors import DumpError, printable
 from .limits import MAX_DUMP_BYTES, bounded_memory
 
-_BOM = b"\xef\xbb\xbf"
 
 
 class _Refused(Exception):
@@ -108,8 +107,7 @@ def parse_raw(data: bytes, path: str) -> tuple[Any, str]:
 
 
 def _parse_json(data: bytes, path: str) -> Any:
-    if data.startswith(_BOM):
-        data = data[len(_BOM):]
+    data = data.removeprefix(BOM)
     try:
         return json.loads(data)
     except ValueError as exc:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from contextlib import closing
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 
@@ -108,49 +109,44 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
     ids = group_ids(table.groups)
     shared = _SharedJson()  # sizes and dtypes: a few objects shared by every row (db and dumps outlive it)
     try:
-        connection = sqlite3.connect(path)
-    except sqlite3.OperationalError as exc:
-        raise OSError(0, f"SQLite: {exc}") from None
-    try:
-        connection.execute("PRAGMA journal_mode = OFF")
-        connection.execute("PRAGMA synchronous = OFF")
-        connection.executescript(SCHEMA)
-        connection.executemany("INSERT INTO groups VALUES (?, ?, ?, ?)", db.groups)
-        connection.executemany("INSERT INTO memberships VALUES (?, ?)", db.memberships)
-        connection.executemany("INSERT INTO tracebacks VALUES (?, ?)", db.tracebacks)
-        connection.executemany(
-            "INSERT INTO collectives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ((c.id, c.group_id, int(c.pass_check), c.collective_seq_id, c.p2p_seq_id, c.record_id, c.pg_desc,
-              c.collective_name, shared(c.input_sizes), shared(c.output_sizes), shared(c.expected_ranks), c.collective_state,
-              c.input_numel, c.output_numel, _json(c.missing_ranks),
-              _json({r: m.collective_name for r, m in c.mismatch_collectives.items()}) if c.mismatch_collectives else None,
-              c.type_of_mismatch.culprit if c.type_of_mismatch else None)
-             for c in db.collectives))
-        calls = db.ncclcalls
-        collective_ids = calls.column("collective_id")
-        collective_ids = getattr(collective_ids, "values", collective_ids)  # OptionalIds: -1 for none
-        connection.executemany(
-            "INSERT INTO ncclcalls VALUES (?, ?, ?, ?, ?, ?, ?)",
-            zip(calls.column("id"), _none_for(collective_ids, _NEGATIVE_TO_NONE), calls.column("group_id"),
-                calls.column("global_rank"), _none_for(calls.column("traceback_id"), _NEGATIVE_TO_NONE),
-                calls.column("collective_type"), _coded_json(calls.column("sizes"), shared)))
-        connection.executemany(
-            "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ((f.id, f.kind, f.group_id, f.pg_desc, f.collective_seq_id, f.p2p_seq_id, f.op, _json(f.ranks),
-              _json(f.expected_ranks), f.detail, int(f.root_cause)) for f in db.findings))
-        by_text = {t.frames: t.id for t in db.tracebacks}
-        kind_ids: dict = {}
-        for rank, dump in dumps.items():
-            tracebacks = {i: by_text[frames_text(stack)] for i, stack in enumerate(dump.stacks)}
-            connection.executemany("INSERT INTO entry_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                                   _entry_rows(rank, dump, table, ids, kind_ids, tracebacks))
-        connection.executemany(
-            "INSERT INTO entry_kinds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            ((i, k.pg_name, k.pg_desc, k.op, k.backend, shared(k.input_sizes), shared(k.output_sizes), shared(k.input_dtypes),
-              shared(k.output_dtypes), int(k.is_p2p)) for k, i in kind_ids.items()))
-        connection.executescript(INDEXES)
-        connection.commit()
+        with closing(sqlite3.connect(path)) as connection:
+            connection.execute("PRAGMA journal_mode = OFF")
+            connection.execute("PRAGMA synchronous = OFF")
+            connection.executescript(SCHEMA)
+            connection.executemany("INSERT INTO groups VALUES (?, ?, ?, ?)", db.groups)
+            connection.executemany("INSERT INTO memberships VALUES (?, ?)", db.memberships)
+            connection.executemany("INSERT INTO tracebacks VALUES (?, ?)", db.tracebacks)
+            connection.executemany(
+                "INSERT INTO collectives VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ((c.id, c.group_id, int(c.pass_check), c.collective_seq_id, c.p2p_seq_id, c.record_id, c.pg_desc,
+                  c.collective_name, shared(c.input_sizes), shared(c.output_sizes), shared(c.expected_ranks), c.collective_state,
+                  c.input_numel, c.output_numel, _json(c.missing_ranks),
+                  _json({r: m.collective_name for r, m in c.mismatch_collectives.items()}) if c.mismatch_collectives else None,
+                  c.type_of_mismatch.culprit if c.type_of_mismatch else None)
+                 for c in db.collectives))
+            calls = db.ncclcalls
+            collective_ids = calls.column("collective_id")
+            collective_ids = getattr(collective_ids, "values", collective_ids)  # OptionalIds: -1 for none
+            connection.executemany(
+                "INSERT INTO ncclcalls VALUES (?, ?, ?, ?, ?, ?, ?)",
+                zip(calls.column("id"), _none_for(collective_ids, _NEGATIVE_TO_NONE), calls.column("group_id"),
+                    calls.column("global_rank"), _none_for(calls.column("traceback_id"), _NEGATIVE_TO_NONE),
+                    calls.column("collective_type"), _coded_json(calls.column("sizes"), shared)))
+            connection.executemany(
+                "INSERT INTO findings VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ((f.id, f.kind, f.group_id, f.pg_desc, f.collective_seq_id, f.p2p_seq_id, f.op, _json(f.ranks),
+                  _json(f.expected_ranks), f.detail, int(f.root_cause)) for f in db.findings))
+            by_text = {t.frames: t.id for t in db.tracebacks}
+            kind_ids: dict = {}
+            for rank, dump in dumps.items():
+                tracebacks = {i: by_text[frames_text(stack)] for i, stack in enumerate(dump.stacks)}
+                connection.executemany("INSERT INTO entry_rows VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                                       _entry_rows(rank, dump, table, ids, kind_ids, tracebacks))
+            connection.executemany(
+                "INSERT INTO entry_kinds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ((i, k.pg_name, k.pg_desc, k.op, k.backend, shared(k.input_sizes), shared(k.output_sizes), shared(k.input_dtypes),
+                  shared(k.output_dtypes), int(k.is_p2p)) for k, i in kind_ids.items()))
+            connection.executescript(INDEXES)
+            connection.commit()
     except sqlite3.OperationalError as exc:  # a full disk, an I/O error: the output's fault, not frtrace's
         raise OSError(0, f"SQLite: {exc}") from None
-    finally:
-        connection.close()
