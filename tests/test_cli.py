@@ -232,11 +232,13 @@ def test_every_option_has_help_text():
     assert all(action.help for action in parser._actions)
 
 
+@pytest.mark.process
 def test_module_entry_point_runs(tmp_path):
     done = subprocess.run([sys.executable, "-m", "frtrace", "-d", SKIP], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stdout.startswith("DESYNC")
 
 
+@pytest.mark.process
 def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path):
     import signal
     import time

@@ -18,6 +18,7 @@ from frtrace.discover import find_dump_files
 from frtrace.groups import resolve_groups
 from frtrace.loader import load_dumps, normalize, read_dump
 from frtrace.matcher import analyze
+from frtrace.stats import compute_stats
 from frtrace.types import EntryColumns
 from test_properties import dump_sets
 
@@ -30,7 +31,7 @@ def _analysis_and_db(directory: Path):
     loaded = load_dumps(find_dump_files(str(directory), None), workers=1)
     table = resolve_groups(loaded.dumps, loaded.ranks_named, None)
     analysis = analyze(loaded.dumps, table, notes=loaded.notes)
-    return analysis, build_database(analysis, loaded.dumps, table)
+    return analysis, build_database(analysis, loaded.dumps, table), compute_stats(analysis, loaded.dumps)
 
 
 def _summary(analysis) -> tuple:
@@ -41,11 +42,12 @@ def _summary(analysis) -> tuple:
 
 
 def _assert_same_both_ways(directory: Path, monkeypatch) -> tuple:
-    fast, fast_db = _analysis_and_db(directory)
+    fast, fast_db, fast_stats = _analysis_and_db(directory)
     with monkeypatch.context() as patch:
         patch.setattr(runs, "_first_seq", lambda *args: None)  # no run is a column track
-        slow, slow_db = _analysis_and_db(directory)
+        slow, slow_db, slow_stats = _analysis_and_db(directory)
     assert _summary(fast) == _summary(slow)
+    assert fast_stats == slow_stats  # agreed collectives' stats read from columns, the others entry by entry
     for name in fast_db._fields:
         assert getattr(fast_db, name) == getattr(slow_db, name), name
     return fast, slow
@@ -166,7 +168,7 @@ def test_a_unit_track_with_a_gap_is_not_taken_for_an_issuer(tmp_path, monkeypatc
              2: make_dump(ops(5)),
              3: make_dump(ops(5))}
     _assert_same_both_ways(write_dumps(tmp_path, dumps), monkeypatch)
-    _, db = _analysis_and_db(tmp_path)
+    _, db, _ = _analysis_and_db(tmp_path)
     row = next(c for c in db.collectives if c.collective_seq_id == 3)
     assert row.collective_name == "gloo:all_reduce" and row.record_id == 2  # rank 1's third record
 
@@ -181,7 +183,7 @@ def test_every_call_points_at_its_own_traceback(stacks, tmp_path):
     lines = {0: lambda s: 10 + s % 2, 1: lambda s: 1000 + s % stacks}
     dumps = {r: make_dump([entry(seq=s, frames=frames(lines[r](s))) for s in range(1, 401)]) for r in (0, 1)}
     dumps[2] = make_dump([entry(seq=s) for s in range(1, 401)])
-    _, db = _analysis_and_db(write_dumps(tmp_path, dumps))
+    _, db, _ = _analysis_and_db(write_dumps(tmp_path, dumps))
     text_of = {t.id: t.frames for t in db.tracebacks}
     calls = list(db.ncclcalls)
     assert len(calls) == 1200 and len(db.tracebacks) == 2 + stacks

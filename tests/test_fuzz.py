@@ -10,6 +10,7 @@ import pytest
 import fuzz_dumps
 
 
+@pytest.mark.process
 def test_fuzzed_real_dumps_are_handled_within_the_caps(tmp_path):
     iterations = int(os.environ.get("FRTRACE_FUZZ_ITERATIONS", "2000"))
     counts = fuzz_dumps.fuzz(iterations, seed=20261121, work=tmp_path, report=None)
@@ -18,6 +19,7 @@ def test_fuzzed_real_dumps_are_handled_within_the_caps(tmp_path):
     assert sum(counts["exit"].values()) == iterations and counts["exit"][2] + counts["exit"][1] > 0
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("kind", fuzz_dumps.MUTATIONS)
 def test_each_mutation_changes_the_file(kind):
     import random
@@ -26,6 +28,7 @@ def test_each_mutation_changes_the_file(kind):
     assert all(fuzz_dumps.mutate(data, data[::-1], kind, rng) != data for _ in range(20))
 
 
+@pytest.mark.process
 def test_the_fuzzer_notices_an_internal_error(tmp_path, monkeypatch):
     """The oracle can fail: a loader bug is reported, not counted as a handled file."""
     from frtrace import loader
@@ -38,6 +41,7 @@ def test_the_fuzzer_notices_an_internal_error(tmp_path, monkeypatch):
         fuzz_dumps.fuzz(3, seed=1, work=tmp_path, report=None)
 
 
+@pytest.mark.process
 def test_the_fuzzer_notices_a_crash_signal(tmp_path, monkeypatch):
     from frtrace import cli
 

@@ -113,6 +113,7 @@ def test_a_fifo_output_is_written_through_not_replaced(tmp_path):
     assert json.loads(received[0])["culprit_ranks"] == [2]
 
 
+@pytest.mark.process
 def test_json_to_dev_stdout_goes_to_standard_output(tmp_path):
     stdout = tmp_path / "stdout"
     os.symlink("/proc/self/fd/1", stdout)  # what /dev/stdout is; code that replaced it damages only this link
@@ -233,6 +234,7 @@ def _load_in_subprocess(folder: Path, *extra: str) -> tuple[subprocess.Completed
 NESTED = b"N" + b"\x85" * 200_000  # None in a tuple in a tuple ... 200,000 deep: hashing it recurses in C
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("place", ["frame_name", "dict_key"])
 def test_a_deeply_nested_tuple_costs_the_rank_not_the_process(tmp_path, place):
     raw = {r: make_dump(ops(3)) for r in range(4)}
@@ -250,6 +252,7 @@ def test_a_deeply_nested_tuple_costs_the_rank_not_the_process(tmp_path, place):
     assert result.stdout.startswith(b"CLEAN") or b"rank 1" in result.stdout.splitlines()[0]
 
 
+@pytest.mark.process
 def test_shared_references_cannot_multiply_work(tmp_path):
     level = [1] * 10
     for _ in range(9):  # 10**10 ints when expanded; a few hundred bytes pickled
@@ -265,6 +268,7 @@ def test_shared_references_cannot_multiply_work(tmp_path):
     assert b"nccl_trace_rank_1" in result.stderr  # skipped with its reason, in seconds
 
 
+@pytest.mark.process
 def test_a_huge_memo_index_is_refused_without_allocating_it(tmp_path):
     dumps = write_dumps(tmp_path / "d", {r: make_dump(ops(2)) for r in range(3)})
     (dumps / "nccl_trace_rank_1").write_bytes(b"\x80\x02}r\xff\xff\xff\x3f.")  # LONG_BINPUT 2**30: 8 GiB of memo
@@ -328,6 +332,7 @@ def test_a_json_dump_with_a_byte_order_mark_is_read(tmp_path):
     assert json_report(["-d", str(dumps)], tmp_path)["ranks_loaded"] == [0, 1]
 
 
+@pytest.mark.process
 def test_a_multi_gigabyte_file_is_never_read_whole(tmp_path):
     dumps = copy_fixture(HEALTHY, tmp_path)
     with open(dumps / "core.4", "wb") as core:  # sparse: no disk used
@@ -353,6 +358,7 @@ def test_a_full_disk_is_one_line_and_changes_nothing(tmp_path, capsys):
     assert kept.read_bytes() == b"old" and full.is_symlink()
 
 
+@pytest.mark.process
 def test_a_full_standard_output_is_one_line_not_a_traceback():
     with open("/dev/full", "w") as full:
         result = subprocess.run([sys.executable, "-m", "frtrace", "-d", str(SKIP)], stdout=full,
@@ -415,6 +421,7 @@ def test_a_file_name_with_a_newline_makes_a_one_line_message(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------- signals and several outputs
+@pytest.mark.process
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_leave_no_temporary_file(tmp_path, signum):
     data = generated_job(tmp_path / "dumps", ranks=64)
@@ -493,6 +500,7 @@ def test_a_closed_pipe_keeps_the_verdicts_status(monkeypatch):
     assert main(["-d", str(HEALTHY)]) == 0
 
 
+@pytest.mark.process
 def test_head_of_the_report_exits_with_the_verdict():
     result = subprocess.run(f"{sys.executable} -m frtrace -d {SKIP} --print-stack-trace -v --stats | head -c 1; "
                             "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True, timeout=60)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
 import re
 import sqlite3
 from collections import Counter
@@ -238,6 +239,17 @@ def test_stats_name_the_slow_rank_of_a_real_run(capsys):
     assert len(widest) == 8 and all(row.split()[-1] == "2" and float(row.split()[-2]) > 20 for row in widest)
 
 
+def test_a_tie_for_last_arrival_names_the_lowest_of_the_tied_ranks():
+    # ranks 1 and 3 arrive together, 5 ms after ranks 0 and 2, at each of two collectives
+    late = {0: 0, 1: 5_000_000, 2: 0, 3: 5_000_000}
+    raw = {r: make_dump([entry(seq=i, backend="nccl", state="completed", time_created_ns=i * 100_000_000 + late[r])
+                         for i in (1, 2)]) for r in range(4)}
+    dumps = {r: normalize(d, r, f"r{r}", "pickle") for r, d in raw.items()}
+    stats = compute_stats(analyze(dumps, resolve_groups(dumps)), dumps)
+    assert [(s.collective_seq_id, s.last_rank, s.spread_ms) for s in stats.spreads] == [(1, 1, 5.0), (2, 1, 5.0)]
+    assert [(s.rank, s.times_last, s.collectives) for s in stats.stragglers] == [(1, 2, 2)]
+
+
 def test_impossible_arrivals_are_flagged_as_clock_skew():
     # rank 1's clock is 50 ms ahead: it 'arrives' after rank 0 had completed the collective
     def rank(r):
@@ -250,6 +262,22 @@ def test_impossible_arrivals_are_flagged_as_clock_skew():
     out = io.StringIO()
     render_stats(stats, out)
     assert "clock skew" in out.getvalue() and "ranks 1 'arrive'" in out.getvalue()
+
+
+@pytest.mark.parametrize("scenario", ["synthetic_p2p_unmatched", "synthetic_coalesced_mismatch", "wrapped_skip",
+                                      "skip_goes_on_rank5_of_8"])
+def test_sqlite_ncclcalls_are_the_pickle_databases_calls(sqlite_db, tmp_path, scenario):
+    connection = sqlite_db(scenario)
+    assert main(["-d", str(FIXTURES / scenario), "-o", str(tmp_path / "db.pkl")]) in (0, 1)
+    with open(tmp_path / "db.pkl", "rb") as handle:
+        _, db = pickle.load(handle)
+    expected = [(c.id, c.collective_id, c.group_id, c.global_rank, None if c.traceback_id == -1 else c.traceback_id,
+                 c.collective_type, json.dumps(c.sizes)) for c in db.ncclcalls]
+    rows = connection.execute("SELECT id, collective_id, group_id, global_rank, traceback_id, collective_type, sizes "
+                              "FROM ncclcalls ORDER BY id").fetchall()
+    assert rows == expected and any(c[1] is not None for c in rows) and any(c[4] is not None for c in rows)
+    by_collective = connection.execute("SELECT COUNT(*) FROM ncclcalls WHERE collective_id = ?", (rows[-1][1],)).fetchone()[0]
+    assert by_collective == sum(1 for c in db.ncclcalls if c.collective_id == rows[-1][1])
 
 
 def test_sqlite_entries_carry_their_own_stack(sqlite_db):

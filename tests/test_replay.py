@@ -115,6 +115,7 @@ def test_replay_never_writes_into_or_over_what_it_was_given(tmp_path, capsys):
      "a list of ops for every rank"),
     ("{\"format\": \"something else\"}", "not a replay plan"),
 ], ids=["truncated", "a-list", "a-rank-without-ops", "another-format"])
+@pytest.mark.process
 def test_a_damaged_plan_is_one_line_and_exit_2(tmp_path, text, says):
     (tmp_path / "plan.json").write_text(text)
     done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(tmp_path)], capture_output=True, text=True, timeout=60)

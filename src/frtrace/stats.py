@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from bisect import bisect_right
+from collections.abc import Callable
 from itertools import pairwise
 from dataclasses import dataclass
 from typing import TextIO
@@ -76,80 +78,171 @@ def _duration_ms(entry: Entry) -> float | None:
 def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
     """Per-op statistics and stragglers from the aligned collectives of an analysis.
 
-    One pass over the collectives: their entries are read from the columns at each look."""
-    per_op: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0, [], True])
-    next_start = _next_starts(dumps)
-    last_counts: dict[int, list[float]] = defaultdict(list)
-    taking_part: dict[int, int] = defaultdict(int)
-    impossible: dict[int, list[float]] = defaultdict(list)
-    spreads = []
+    One pass over the collectives. An agreed collective (every issuer holds one kind) is read
+    from its group's columns, zipped across the members at C speed (`_AgreedColumns`); the others
+    (disputed, coalesced) entry by entry. Both give the same numbers: tests/test_columns.py."""
+    tally = _Tally(dumps)
+    columns = None  # the current group's: the checks come group by group
     for check in analysis.checks:
+        view = check.source
+        if check.agreed and getattr(view, "reference", None) is not None:
+            if columns is None or columns.view is not view:
+                columns = _AgreedColumns(view, dumps)
+            columns.add(check, tally)
+        else:
+            tally.add_entries(check)
+    for dump in dumps.values():
+        entries = dump.entries
+        p2p_kinds = [kind.is_p2p for kind in entries.kinds]
+        if any(p2p_kinds):
+            for entry in entries.at([i for i, code in enumerate(entries.kind) if p2p_kinds[code]]):
+                record = tally.per_op[(entry.pg_desc or entry.pg_name, entry.op.split()[0])]
+                record[0] += 1
+                record[1] += _bytes(entry) or 0
+                if (d := _duration_ms(entry)) is not None:
+                    record[2].append(d)
+    ops = tuple(OpStats(g, op, n, b if known else None, tuple(sorted(d))) for (g, op), (n, b, d, known) in sorted(tally.per_op.items()))
+    stragglers = tuple(sorted(
+        (Straggler(r, len(lates), tally.taking_part[r], statistics.median(lates), max(lates), len(tally.impossible[r]),
+                   max(tally.impossible[r], default=0.0)) for r, lates in tally.last_counts.items()),
+        key=lambda s: (-s.times_last, -s.median_late_ms, s.rank)))
+    return Stats(ops, stragglers, tuple(tally.spreads))
+
+
+class _Tally:
+    """The sums compute_stats builds, collective by collective."""
+
+    def __init__(self, dumps: dict[int, Dump]) -> None:
+        self.dumps = dumps
+        self.per_op: dict[tuple[str, str], list] = defaultdict(lambda: [0, 0, [], True])  # count, bytes, durations, sizes known
+        self.last_counts: dict[int, list[float]] = defaultdict(list)
+        self.taking_part: dict[int, int] = defaultdict(int)
+        self.impossible: dict[int, list[float]] = defaultdict(list)
+        self.spreads: list[Spread] = []
+
+    def add_entries(self, check) -> None:
+        """One collective, read entry by entry."""
         label = check.group.label
         units = check.entries
         for unit in units.values():
             for entry in unit:
-                record = per_op[(label, entry.op)]
+                record = self.per_op[(label, entry.op)]
                 size = _bytes(entry)
                 record[1] += size or 0
                 record[3] = record[3] and size is not None
                 if (d := _duration_ms(entry)) is not None:
                     record[2].append(d)
         for op in {e.op for unit in units.values() for e in unit}:
-            per_op[(label, op)][0] += 1
+            self.per_op[(label, op)][0] += 1
         if not check.missing_ranks and not check.mismatch and len(units) >= max(2, len(check.group.ranks)):
-            _arrivals(check, units, next_start, taking_part, last_counts, impossible, spreads)
-    for dump in dumps.values():
-        for entry in dump.entries:
-            if entry.is_p2p:
-                record = per_op[(entry.pg_desc or entry.pg_name, entry.op.split()[0])]
-                record[0] += 1
-                record[1] += _bytes(entry) or 0
-                if (d := _duration_ms(entry)) is not None:
-                    record[2].append(d)
-    ops = tuple(OpStats(g, op, n, b if known else None, tuple(sorted(d))) for (g, op), (n, b, d, known) in sorted(per_op.items()))
-    stragglers = tuple(sorted(
-        (Straggler(r, len(lates), taking_part[r], statistics.median(lates), max(lates), len(impossible[r]),
-                   max(impossible[r], default=0.0)) for r, lates in last_counts.items()),
-        key=lambda s: (-s.times_last, -s.median_late_ms, s.rank)))
-    return Stats(ops, stragglers, tuple(spreads))
+            ranks = tuple(units)
+            last_ops = {r: unit[-1].op for r, unit in units.items()}
+            self.add_arrivals(check, ranks, tuple(unit[0].time_created_ns or 0 for unit in units.values()),
+                              tuple(_left_at(unit[-1], self.dumps) for unit in units.values()), last_ops.__getitem__)
+
+    def add_arrivals(self, check, ranks: tuple[int, ...], created: tuple[int, ...], left: tuple[int | None, ...],
+                     op_of: Callable[[int], str]) -> None:
+        """Who arrived last at one collective every member issued, how late, and whether a clock
+        lies. `created` holds 0 where a member recorded no time; `left`, when each member left."""
+        if not all(created):
+            ranks, created, left = _where_recorded(ranks, created, left)
+        if len(created) < 2:
+            return
+        taking_part = self.taking_part
+        for r in ranks:
+            taking_part[r] += 1
+        latest = max(created)
+        at = created.index(latest)  # the first of equals, as ranks go
+        last = ranks[at]
+        middle = statistics.median(created)
+        self.spreads.append(Spread(check.group.label, check.collective_seq_id, op_of(last), (latest - min(created)) / 1e6, last))
+        self.last_counts[last].append((latest - middle) / 1e6)
+        # another member left the collective before `last` arrived: only a clock can do that
+        earliest_exit = min((t for i, t in enumerate(left) if i != at and t), default=None)
+        if earliest_exit and latest > earliest_exit:
+            self.impossible[last].append((latest - earliest_exit) / 1e6)
 
 
-def _arrivals(check, units: dict, next_start: dict, taking_part: dict, last_counts: dict, impossible: dict,
-              spreads: list) -> None:
-    """Who arrived last at one collective every member issued, how late, and whether a clock lies."""
-    arrivals = {r: unit[0].time_created_ns for r, unit in units.items() if unit[0].time_created_ns}
-    if len(arrivals) < 2:
-        return
-    for r in arrivals:
-        taking_part[r] += 1
-    last = max(arrivals, key=arrivals.get)
-    middle = statistics.median(arrivals.values())
-    spreads.append(Spread(check.group.label, check.collective_seq_id, units[last][-1].op,
-                          (max(arrivals.values()) - min(arrivals.values())) / 1e6, last))
-    last_counts[last].append((arrivals[last] - middle) / 1e6)
-    # another member left the collective before `last` arrived: only a clock can do that
-    left = [_left_at(unit, next_start) for r, unit in units.items() if r != last]
-    earliest_exit = min((t for t in left if t), default=None)
-    if earliest_exit and arrivals[last] > earliest_exit:
-        impossible[last].append((arrivals[last] - earliest_exit) / 1e6)
+def _where_recorded(ranks: tuple, created: tuple, left: tuple) -> tuple[tuple, tuple, tuple]:
+    """Only the members that recorded when they arrived; the others' exits still count."""
+    kept = [i for i, t in enumerate(created) if t]
+    dropped = [left[i] for i, t in enumerate(created) if not t]
+    # a member without an arrival time still tells when it left: kept after the arrivals
+    return (tuple(ranks[i] for i in kept), tuple(created[i] for i in kept), tuple(left[i] for i in kept) + tuple(dropped))
 
 
-def _next_starts(dumps: dict[int, Dump]) -> dict[tuple[int, int], int]:
-    """(rank, index) -> when that rank created its next op: a synchronous op had ended by then."""
-    starts = {}
-    for rank, dump in dumps.items():
-        for entry, following in pairwise(dump.entries):
-            if following.time_created_ns:
-                starts[(rank, entry.index)] = following.time_created_ns
-    return starts
+class _AgreedColumns:
+    """One group's agreed collectives read from its members' columns: per stretch of seq ids
+    that the same members hold, each collective's arrival times, exits and durations as tuples
+    zipped across the members at C speed. No entry is built."""
+
+    def __init__(self, view, dumps: dict[int, Dump]) -> None:
+        self.view = view
+        self.label = view.group.label
+        tracks = [(r, t) for r, t in view.tracks.items() if t.first_seq is not None and t.units is None]
+        bounds = sorted({t.first_seq for _, t in tracks} | {t.last_seq + 1 for _, t in tracks})
+        self.starts = bounds[:-1]
+        self.stretches = []
+        per_track = {id(t): _track_columns(t, dumps[r]) for r, t in tracks}
+        for first, end in pairwise(bounds):
+            holding = [(r, t) for r, t in tracks if t.first_seq <= first and end - 1 <= t.last_seq]
+            cut = [(per_track[id(t)], first - t.first_seq, end - t.first_seq) for _, t in holding]
+            self.stretches.append((tuple(r for r, _ in holding),
+                                   *(list(zip(*(column[i][a:b] for column, a, b in cut))) for i in range(3))))
+        self.bytes_of: dict[int, int | None] = {}
+
+    def add(self, check, tally: _Tally) -> None:
+        view, seq = self.view, check.collective_seq_id
+        at = bisect_right(self.starts, seq) - 1
+        ranks, created, left, durations = self.stretches[at]
+        i = seq - self.starts[at]
+        code = view.reference.kinds[seq - view.reference.first_seq]
+        kind = view.codes.kinds[code]
+        if code not in self.bytes_of:
+            size = DTYPE_BYTES.get(kind.input_dtypes[0]) if kind.input_dtypes else 0
+            self.bytes_of[code] = None if size is None else rules.numel(kind.input_sizes) * size
+        size = self.bytes_of[code]
+        record = tally.per_op[(self.label, kind.op)]
+        record[0] += 1
+        record[1] += (size or 0) * len(ranks)
+        record[3] = record[3] and size is not None
+        record[2].extend(d for d in durations[i] if d is not None)
+        if not check.missing_ranks and not check.mismatch and len(ranks) >= max(2, view.size):
+            tally.add_arrivals(check, ranks, created[i], left[i], lambda rank: kind.op)
 
 
-def _left_at(unit: tuple[Entry, ...], next_start: dict) -> int | None:
-    last = unit[-1]
+def _track_columns(track, dump: Dump) -> tuple[list, list, list]:
+    """A column track's arrival times (0: not recorded), exits (None: unknown) and durations
+    (None: not recorded), one per seq id."""
+    entries = dump.entries
+    positions = track.positions
+    created = list(map(entries.time_created_ns.__getitem__, positions))
+    completed = list(map(entries.time_completed_ns.__getitem__, positions))
+    started = list(map(entries.time_started_ns.__getitem__, positions))
+    gloo = [kind.backend == "gloo" for kind in entries.kinds]
+    count = len(entries)
+    following = entries.time_created_ns
+    left = [done or ((following[p + 1] or None) if gloo[k] and p + 1 < count else None)
+            for done, p, k in zip(completed, positions, map(entries.kind.__getitem__, positions))]
+    durations = list(map(_duration_of, map(entries.duration_ms.__getitem__, positions), started, completed))
+    return created, left, durations
+
+
+def _duration_of(recorded: float | None, started: int, completed: int) -> float | None:
+    if recorded is not None and recorded == recorded:  # NaN: not recorded
+        return recorded
+    if started and completed:
+        return (completed - started) / 1e6
+    return None
+
+
+def _left_at(last: Entry, dumps: dict[int, Dump]) -> int | None:
+    """When a member left a collective, by its unit's last entry: None when the dump cannot tell."""
     if last.time_completed_ns:
         return last.time_completed_ns
     if last.backend == "gloo":  # gloo collectives block: the next op starts after this one ended
-        return next_start.get((last.rank, last.index))
+        following = dumps[last.rank].entries
+        return (following.time_created_ns[last.index + 1] or None) if last.index + 1 < len(following) else None
     return None  # an enqueued NCCL op without completion time says nothing about when it ended
 
 
