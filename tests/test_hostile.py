@@ -460,7 +460,8 @@ def test_an_interrupt_between_two_outputs_replaces_neither_and_says_so(tmp_path,
     assert sorted(os.listdir(tmp_path)) == ["db.pkl", "t.json"]
 
 
-def test_an_interrupt_while_committing_names_what_was_replaced(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("failing", [2, 3])
+def test_an_interrupt_while_committing_names_what_was_replaced(tmp_path, monkeypatch, capsys, failing):
     from frtrace import output
 
     real_replace = os.replace
@@ -468,15 +469,18 @@ def test_an_interrupt_while_committing_names_what_was_replaced(tmp_path, monkeyp
 
     def replace_then_stop(source, target):
         calls.append(target)
-        if len(calls) == 2:
+        if len(calls) == failing:
             raise OSError(28, "No space left on device")
         real_replace(source, target)
 
     monkeypatch.setattr(output.os, "replace", replace_then_stop)
-    assert main(["-d", str(SKIP), "-o", str(tmp_path / "db.pkl"), "--chrome-trace", str(tmp_path / "t.json")]) == 2
-    err = capsys.readouterr().err
-    assert f"written: -o {tmp_path}/db.pkl; not written: --chrome-trace {tmp_path}/t.json" in err
-    assert sorted(os.listdir(tmp_path)) == ["db.pkl"]
+    assert main(["-d", str(SKIP), "-o", str(tmp_path / "db.pkl"), "--chrome-trace", str(tmp_path / "t.json"),
+                 "--json", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    flags = [f"-o {tmp_path}/db.pkl", f"--chrome-trace {tmp_path}/t.json", f"--json {tmp_path}/r.json"]
+    written, pending = flags[:failing - 1], flags[failing - 1:]
+    assert err.endswith(f"; written: {', '.join(written)}; not written: {', '.join(pending)}"), err
+    assert sorted(os.listdir(tmp_path)) == sorted(["db.pkl", "t.json"][:failing - 1])
 
 
 def test_a_closed_pipe_keeps_the_verdicts_status(monkeypatch):

@@ -226,6 +226,63 @@ def test_a_directory_where_a_dump_was_is_not_read(tmp_path):
     assert _reason(lambda: read_raw(str(tmp_path / "folder"))) == "not a regular file; not read"
 
 
+def test_a_dump_says_which_format_it_was_read_as(tmp_path):
+    raw = make_dump(ops(2))
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(raw))
+    (tmp_path / "nccl_trace_rank_1.json").write_text(json.dumps(raw))
+    (tmp_path / "nccl_trace_rank_2.json").write_bytes(b"\xef\xbb\xbf" + json.dumps(raw).encode())  # with a BOM
+    dumps = [read_dump(str(tmp_path / name), 0) for name in ["nccl_trace_rank_0", "nccl_trace_rank_1.json", "nccl_trace_rank_2.json"]]
+    assert [d.file_format for d in dumps] == ["pickle", "json", "json"]
+    assert dumps[0].entries == dumps[1].entries == dumps[2].entries
+
+
+def test_a_dump_at_the_size_cap_is_read_and_one_byte_more_is_not(tmp_path, monkeypatch):
+    from frtrace import safe_read
+
+    text = json.dumps(make_dump(ops(2))).encode()
+    monkeypatch.setattr(safe_read, "MAX_DUMP_BYTES", len(text))
+    at_cap, over = tmp_path / "at_cap.json", tmp_path / "over.json"
+    at_cap.write_bytes(text)
+    over.write_bytes(text + b" ")
+    assert read_raw(str(at_cap))[1] == "json"
+    assert _reason(lambda: read_raw(str(over))).startswith("more than the ")
+
+
+def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    """The size said by fstat may be stale (the file grows while read): the read itself stops
+    one byte past the cap, so a file growing without end costs no more than that."""
+    from frtrace import safe_read
+
+    cap = 1000
+    grown = tmp_path / "grown.json"
+    grown.write_bytes(b"[" + b" " * (20 * cap))
+    monkeypatch.setattr(safe_read, "MAX_DUMP_BYTES", cap)
+    real_fstat, real_fdopen = os.fstat, os.fdopen
+    taken = []
+
+    class Counted:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def read(self, size=-1):
+            data = self.handle.read(size)
+            taken.append(len(data))
+            return data
+
+    with monkeypatch.context() as patch:
+        patch.setattr(safe_read.os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 10, *real_fstat(fd)[7:])))
+        patch.setattr(safe_read.os, "fdopen", lambda *args, **kw: Counted(real_fdopen(*args, **kw)))
+        reason = _reason(lambda: read_raw(str(grown)))
+    assert reason == "grew past 0 MiB while being read; not read"
+    assert sum(taken) == cap + 1
+
+
 def _reason(read) -> str:
     try:
         read()

@@ -79,6 +79,42 @@ def test_pair_group_mismatch_is_decided_by_sibling_groups():
     assert "reference: the other tp groups" in result.findings[0].detail
 
 
+def _tp_pairs(size_at_3: dict[int, int], issued_3=range(8), ranks=8):
+    """tp pairs (0,1), (2,3), ...: two all_reduces of size 4, then #3 with each rank's size (4 unless
+    given), issued by the ranks in issued_3."""
+    def rank(r):
+        tp = str(1 + r // 2)
+        mine = ops(2, pg=tp, desc="tp", sizes=((4,),))
+        if r in issued_3:
+            mine.append(entry(pg=tp, desc="tp", seq=3, sizes=((size_at_3.get(r, 4),),)))
+        return make_dump(mine)
+    return run({r: rank(r) for r in range(ranks)})
+
+
+def test_in_a_pair_the_sizes_most_sibling_groups_used_decide():
+    # pair (0,1) disagrees at #3; pairs (2,3) and (4,5) used 4, pair (6,7) used 5: 4 wins two to one
+    result = _tp_pairs({1: 5, 6: 5, 7: 5})
+    assert result.verdict == "desync" and result.culprit_ranks == (1,)
+    (finding,) = result.findings
+    assert (finding.kind, finding.ranks, finding.decided) == ("size_mismatch", (1,), True)
+    assert finding.detail.startswith("rank 1: [[5]] -> [[5]] where rank 0 has [[4]] -> [[4]] (reference: the other tp groups)")
+
+
+def test_sibling_groups_that_tie_decide_nothing():
+    result = _tp_pairs({1: 5, 4: 5, 5: 5}, ranks=6)  # pair (2,3) used 4, pair (4,5) used 5
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert result.headline == ("INCONCLUSIVE: size mismatch in all_reduce #3 of tp: rank 0: [[4]] -> [[4]], "
+                               "rank 1: [[5]] -> [[5]]; two members cannot outvote each other and no sibling group decides")
+
+
+def test_a_sibling_group_not_every_member_of_which_issued_the_op_has_no_vote():
+    # ranks 5 and 7 never issued #3: their partners' size 5 is no vote; pair (2,3)'s 4 decides
+    result = _tp_pairs({1: 5, 4: 5, 6: 5}, issued_3={0, 1, 2, 3, 4, 6})
+    pair = [f for f in result.findings if f.group.name == "1"]
+    assert [(f.kind, f.ranks, f.decided) for f in pair] == [("size_mismatch", (1,), True)]
+    assert sorted(f.ranks for f in result.findings if f.kind == "missing_ranks") == [(5,), (7,)]
+
+
 def test_pair_group_mismatch_without_siblings_is_inconclusive():
     dumps = {0: make_dump(ops(2)), 1: make_dump(ops(1) + [entry(seq=2, sizes=((9,),))])}
     result = run(dumps)
@@ -108,7 +144,9 @@ def test_cycle_between_two_ranks_is_inconclusive():
              1: nccl(ops(2, pg="1", desc="a") + ops(2, pg="2", desc="b") + [entry(pg="2", desc="b", seq=3)], groups)}
     result = run(dumps)
     assert result.verdict == "inconclusive" and result.culprit_ranks == ()
-    assert "different orders" in result.headline
+    assert result.headline == ("INCONCLUSIVE: rank 1 waits in all_reduce #3 of b for rank 0; rank 0 waits in all_reduce #3 "
+                               "of a for rank 1: they issued ops in different orders and neither their own histories nor "
+                               "any other rank shows which order is right")
 
 
 @pytest.mark.parametrize("op,sizes,out,bad", [
@@ -197,6 +235,9 @@ def test_dtype_mismatch_names_the_odd_rank():
     dumps = {r: make_dump([entry(dtype="BFloat16" if r == 2 else "Float")]) for r in range(4)}
     result = run(dumps)
     assert result.findings[0].kind == "dtype_mismatch" and result.culprit_ranks == (2,)
+    assert result.findings[0].detail.startswith("rank 2: dtype BFloat16 where ranks 0-1,3 have dtype Float")
+    assert result.headline == ("DESYNC: rank 2 used dtype BFloat16 in all_reduce #1 of default_pg "
+                               "where ranks 0-1,3 used dtype Float")
 
 
 def p2p(kind, me, peer, seq, state="completed", sizes=((4,),)):
@@ -335,3 +376,123 @@ def test_in_a_cycle_the_other_ranks_show_which_op_comes_first():
     result = run(dumps)
     assert result.culprit_ranks == (7,), result.headline
     assert result.headline.startswith("DESYNC: rank 7 never joined all_reduce #3 of tp")
+
+
+W2 = {"0": ("default_pg", (0, 1))}
+
+
+def _dropped_recv(steps: int, also_skipped: int | None = None):
+    """Each step rank 0 sends to rank 1, then both all_reduce; after `steps` steps rank 1 skips its
+    recv and waits in the all_reduce while rank 0 waits in its send (NCCL: a cycle). Rank 1 may
+    have skipped the recv of step `also_skipped` as well."""
+    dumps = {}
+    for r in (0, 1):
+        mine = []
+        for step in range(1, steps + 2):
+            last = step == steps + 1
+            if r == 0:
+                mine.append(p2p("send", 0, 1, step, state="scheduled" if last else "completed"))
+                if not last:
+                    mine.append(entry(seq=step, backend="nccl", state="completed"))
+                continue
+            if not last and step != also_skipped:
+                mine.append(p2p("recv", 1, 0, step))
+            mine.append(entry(seq=step, backend="nccl", state="scheduled" if last else "completed"))
+        dumps[r] = nccl(mine, W2)
+    return run(dumps)
+
+
+@pytest.mark.parametrize("steps", [4, 6])
+def test_a_rank_whose_own_history_always_had_the_recv_is_the_one_that_skipped_it(steps):
+    result = _dropped_recv(steps)
+    assert result.verdict == "desync" and result.culprit_ranks == (1,)
+    assert result.evidence == (f"own history: rank 1's buffer shows recv 0->1 of default_pg between every two all_reduce "
+                               f"of default_pg in its last {steps - 1} steps, and not before its latest one",)
+
+
+@pytest.mark.parametrize("steps,also_skipped", [(3, None), (6, 6), (6, 2)], ids=["too-short", "skipped-last-step", "skipped-early"])
+def test_a_history_too_short_or_irregular_decides_nothing(steps, also_skipped):
+    result = _dropped_recv(steps, also_skipped)
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert result.headline == (f"INCONCLUSIVE: rank 1 waits in all_reduce #{steps + 1} of default_pg for rank 0; rank 0 waits "
+                               f"in send 0->1 (p2p #{steps + 1}) of default_pg for rank 1: they issued ops in different orders "
+                               "and neither their own histories nor any other rank shows which order is right")
+
+
+def test_entries_are_labelled_by_op_number_and_group():
+    from frtrace.align import entry_label
+
+    groups = {"0": ("default_pg", (0, 1)), "5": ("tp", (0, 1))}
+    raw = {r: nccl([entry(seq=7), entry(pg="5", desc="tp", seq=2), p2p("send", 0, 1, 3) if r == 0 else p2p("recv", 1, 0, 3)],
+                   groups) for r in (0, 1)}
+    dumps = {r: normalize(d, r, f"rank{r}", "pickle") for r, d in raw.items()}
+    table = resolve_groups(dumps, frozenset(dumps))
+    assert [entry_label(e, table) for e in dumps[0].entries] == [
+        "all_reduce #7 of default_pg", "all_reduce #2 of tp", "send 0->1 p2p #3 of default_pg"]
+    outside = dumps[1].entries[0]._replace(pg_name="99")  # a group no dump configured
+    assert entry_label(outside, table) == "all_reduce #7 of 99"
+
+
+def test_a_cycle_of_collectives_no_history_or_other_rank_decides_goes_to_the_op_most_ranks_wait_in():
+    # only ranks 2 and 3 have a tp group: no rank outside the cycle shows the order of tp and world
+    groups = {"0": ("default_pg", range(4)), "1": ("tp", (2, 3))}
+    dumps = {}
+    for r in range(4):
+        mine = []
+        for step in (1, 2, 3):
+            if r in (2, 3) and not (r == 3 and step == 3):
+                mine.append(entry(pg="1", desc="tp", seq=step))
+            if not (r == 2 and step == 3):
+                mine.append(entry(seq=step))
+        dumps[r] = nccl(mine, groups)
+    result = run(dumps)
+    assert result.verdict == "desync" and result.culprit_ranks == (2,)
+    assert result.evidence == ("majority: ranks 0-1,3 wait in all_reduce #3 of default_pg, more than in any other op of the cycle",)
+
+
+def test_a_cycle_through_a_send_is_not_decided_by_the_op_most_ranks_wait_in():
+    """A sender blocked on a dropped recv is missing from every collective after it: the
+    majority there says nothing (without enough history of its own, nothing decides)."""
+    world = {"0": ("default_pg", (0, 1, 2))}
+    dumps = {}
+    for r in (0, 1, 2):
+        mine = []
+        for step in (1, 2, 3):
+            last = step == 3
+            if r == 0:
+                mine.append(p2p("send", 0, 1, step, state="scheduled" if last else "completed"))
+                if not last:
+                    mine.append(entry(seq=step, backend="nccl", state="completed"))
+                continue
+            if r == 1 and not last:
+                mine.append(p2p("recv", 1, 0, step))
+            mine.append(entry(seq=step, backend="nccl", state="scheduled" if last else "completed"))
+        dumps[r] = nccl(mine, world)
+    result = run(dumps)
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert result.headline == ("INCONCLUSIVE: ranks 1-2 wait in all_reduce #3 of default_pg for rank 0; rank 0 waits in "
+                               "send 0->1 (p2p #3) of default_pg for rank 1: they issued ops in different orders and neither "
+                               "their own histories nor any other rank shows which order is right")
+
+
+def test_a_rank_whose_own_history_always_had_the_send_is_the_one_that_skipped_it():
+    # the mirror of the dropped recv: rank 0 skips its 6th send; rank 1 waits in the recv
+    dumps = {}
+    for r in (0, 1):
+        mine = []
+        for step in range(1, 7):
+            last = step == 6
+            if r == 1:
+                mine.append(p2p("recv", 1, 0, step, state="scheduled" if last else "completed"))
+                if not last:
+                    mine.append(entry(seq=step, backend="nccl", state="completed"))
+                continue
+            if not last:
+                mine.append(p2p("send", 0, 1, step))
+            mine.append(entry(seq=step, backend="nccl", state="scheduled" if last else "completed"))
+        dumps[r] = nccl(mine, W2)
+    result = run(dumps)
+    assert result.verdict == "desync" and result.culprit_ranks == (0,)
+    assert result.headline.startswith("DESYNC: rank 0 never posted the send matching rank 1's recv 1<-0 (p2p #6) of default_pg")
+    assert result.evidence == ("own history: rank 0's buffer shows send 0->1 of default_pg between every two all_reduce "
+                               "of default_pg in its last 4 steps, and not before its latest one",)

@@ -173,7 +173,7 @@ def test_readme_has_the_three_queries():
 @pytest.fixture
 def sqlite_db(tmp_path):
     def make(scenario: str) -> sqlite3.Connection:
-        path = tmp_path / f"{scenario}.db"
+        path = tmp_path / f"{Path(scenario).name}.db"  # a fixture's name, or a folder's path
         main(["-d", str(FIXTURES / scenario), "--sqlite", str(path)])
         return sqlite3.connect(path)
     return make
@@ -313,3 +313,12 @@ def test_sqlite_entries_are_the_entries_read_one_by_one(sqlite_db, scenario):
                 frames[frames_text(stack)] if stack is not None else None)
     rows = connection.execute("SELECT * FROM entries ORDER BY rank, idx").fetchall()
     assert rows == [expected(e) for d in dumps.values() for e in d.entries]
+
+
+def test_sqlite_of_a_longer_job_holds_every_entry_and_call(tmp_path, sqlite_db):
+    """Rows go in 64 to a statement: 150 entries a rank are two full statements and 22 rows."""
+    from conftest import generated_job
+
+    job = generated_job(tmp_path / "job", ranks=8, entries=150)
+    test_sqlite_entries_are_the_entries_read_one_by_one(sqlite_db, str(job))
+    test_sqlite_ncclcalls_are_the_pickle_databases_calls(sqlite_db, tmp_path, str(job))

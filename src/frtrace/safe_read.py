@@ -15,7 +15,7 @@ import pickle
 import stat
 from typing import Any
 
-from .discover import BOM, HEAD_BYTES, sniff
+from .discover import HEAD_BYTES, sniff
 from .errors import DumpError, printable
 from .limits import MAX_DUMP_BYTES, bounded_memory
 
@@ -107,8 +107,7 @@ def parse_raw(data: bytes, path: str) -> tuple[Any, str]:
 
 
 def _parse_json(data: bytes, path: str) -> Any:
-    data = data.removeprefix(BOM)
-    try:
+    try:  # json.loads reads bytes as UTF-8, 16 or 32 by their first bytes, and skips a UTF-8 BOM
         return json.loads(data)
     except ValueError as exc:
         first = exc
