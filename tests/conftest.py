@@ -17,12 +17,16 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 # Hypothesis: in CI (CI set) the same examples every run, so a red build is the change's doing;
 # locally new ones each run; HYPOTHESIS_PROFILE=long tries ten times as many (a few minutes)
-_SCALE = {"ci": 1, "dev": 1, "long": 10}
+_SCALE = {"ci": 1, "dev": 1, "long": 10, "mutation": 0.25}
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True,
                           suppress_health_check=[HealthCheck.function_scoped_fixture])
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 settings.register_profile("long", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+# tests/mutation.py: each of thousands of mutants runs the tests, so the same few examples each time
+settings.register_profile("mutation", derandomize=True, deadline=None, database=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROFILE = (os.environ.get("HYPOTHESIS_PROFILE") or ("mutation" if os.environ.get("FRTRACE_MUTATION") else None)
+           or ("ci" if os.environ.get("CI") else "dev"))
 settings.load_profile(PROFILE)
 
 
@@ -37,7 +41,7 @@ def pytest_collection_modifyitems(config, items):
 
 def examples(count: int) -> int:
     """A property test's number of examples under the profile in use."""
-    return count * _SCALE[PROFILE]
+    return max(1, int(count * _SCALE[PROFILE]))
 
 
 def generated_job(directory: Path, ranks: int, entries: int = 2000) -> Path:

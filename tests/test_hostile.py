@@ -113,6 +113,34 @@ def test_a_fifo_output_is_written_through_not_replaced(tmp_path):
     assert json.loads(received[0])["culprit_ranks"] == [2]
 
 
+def test_a_fifo_output_waits_for_a_slow_reader(tmp_path):
+    """The FIFO is opened without blocking (nobody reading: an error at once), then written to as
+    a blocking file: a reader slower than frtrace must get the whole output, not a failed write."""
+    from conftest import generated_job
+
+    job = generated_job(tmp_path / "job", ranks=8, entries=200)
+    fifo = tmp_path / "trace.pipe"
+    os.mkfifo(fifo)
+    received = []
+
+    def slow_reader():
+        with open(fifo, "rb") as pipe:
+            time.sleep(0.5)  # the writer fills the pipe's 64 KiB meanwhile
+            received.append(pipe.read())
+
+    reader = threading.Thread(target=slow_reader, daemon=True)
+    reader.start()
+    time.sleep(0.1)
+    try:
+        assert main(["-d", str(job), "--chrome-trace", str(fifo)]) == 0
+    finally:
+        if reader.is_alive() and not received:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(10)
+    assert len(received[0]) > 1 << 16
+    assert json.loads(received[0])["traceEvents"]
+
+
 @pytest.mark.process
 def test_json_to_dev_stdout_goes_to_standard_output(tmp_path):
     stdout = tmp_path / "stdout"

@@ -248,14 +248,32 @@ def test_a_dump_at_the_size_cap_is_read_and_one_byte_more_is_not(tmp_path, monke
     assert _reason(lambda: read_raw(str(over))).startswith("more than the ")
 
 
+def test_a_file_past_a_gibibyte_is_refused_unread(tmp_path):
+    huge = tmp_path / "nccl_trace_rank_0"
+    with open(huge, "wb") as handle:  # sparse: takes no disk
+        handle.write(b"\x80\x02")
+        handle.truncate((1 << 30) + 1)
+    assert _reason(lambda: read_raw(str(huge))) == "more than the 1024 MiB a Flight Recorder dump can hold; not read"
+
+
+def test_a_damaged_dump_is_named_in_its_error(tmp_path):
+    for name, data in (("r0.json", b'{"version": "2.10", "entries": ['), ("r1", pickle.dumps(make_dump(ops(3)))[:-40])):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DumpError) as caught:
+            read_raw(str(tmp_path / name))
+        assert caught.value.path == str(tmp_path / name)
+
+
 def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
     """The size said by fstat may be stale (the file grows while read): the read itself stops
     one byte past the cap, so a file growing without end costs no more than that."""
     from frtrace import safe_read
 
-    cap = 1000
+    cap = 3 << 20
     grown = tmp_path / "grown.json"
-    grown.write_bytes(b"[" + b" " * (20 * cap))
+    with open(grown, "wb") as handle:  # sparse past its first byte
+        handle.write(b"[")
+        handle.truncate(4 << 20)
     monkeypatch.setattr(safe_read, "MAX_DUMP_BYTES", cap)
     real_fstat, real_fdopen = os.fstat, os.fdopen
     taken = []
@@ -279,7 +297,7 @@ def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_pat
         patch.setattr(safe_read.os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 10, *real_fstat(fd)[7:])))
         patch.setattr(safe_read.os, "fdopen", lambda *args, **kw: Counted(real_fdopen(*args, **kw)))
         reason = _reason(lambda: read_raw(str(grown)))
-    assert reason == "grew past 0 MiB while being read; not read"
+    assert reason == "grew past 3 MiB while being read; not read"
     assert sum(taken) == cap + 1
 
 

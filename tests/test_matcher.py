@@ -98,6 +98,8 @@ def test_in_a_pair_the_sizes_most_sibling_groups_used_decide():
     (finding,) = result.findings
     assert (finding.kind, finding.ranks, finding.decided) == ("size_mismatch", (1,), True)
     assert finding.detail.startswith("rank 1: [[5]] -> [[5]] where rank 0 has [[4]] -> [[4]] (reference: the other tp groups)")
+    assert result.headline == "DESYNC: rank 1 passed sizes [[5]] to all_reduce #3 of tp where rank 0 passed sizes [[4]]"
+    assert result.evidence == ("sibling groups: the other tp groups decide all_reduce #3",)
 
 
 def test_sibling_groups_that_tie_decide_nothing():
@@ -231,6 +233,15 @@ def test_all_to_all_checks_group_totals():
     assert run(bad).culprit_ranks == (1,)
 
 
+def test_the_majority_counts_the_members_that_issued_the_collective():
+    # rank 4 issued nothing: 3 of the 4 issuers of #1 agree, rank 2 used another dtype
+    dumps = {r: make_dump([entry(dtype="Half" if r == 2 else "Float")] if r != 4 else []) for r in range(5)}
+    result = run(dumps)
+    mismatch = next(f for f in result.findings if f.kind == "dtype_mismatch")
+    assert mismatch.ranks == (2,)
+    assert "majority: 3 of 4 issuers of all_reduce #1 in default_pg agree" in result.evidence
+
+
 def test_dtype_mismatch_names_the_odd_rank():
     dumps = {r: make_dump([entry(dtype="BFloat16" if r == 2 else "Float")]) for r in range(4)}
     result = run(dumps)
@@ -302,6 +313,30 @@ def test_coalesced_groups_compare_as_one_unit():
     odd = dict(same)
     odd[1] = make_dump(coalesced(2) + [entry(seq=2)])
     assert run(odd).culprit_ranks == (1,)
+
+
+@pytest.mark.parametrize("odd,headline,detail", [
+    ("size", "DESYNC: rank 2 passed sizes [[2]] -> [[8]] | sizes [[5]] -> [[20]] to coalesced(all_gather x2) #3 of default_pg "
+             "where ranks 0-1,3 passed sizes [[2]] -> [[8]] | sizes [[3]] -> [[12]]",
+     "rank 2: [[2]] -> [[8]] | [[5]] -> [[20]] | [] -> [] where ranks 0-1,3 have [[2]] -> [[8]] | [[3]] -> [[12]] | [] -> []"),
+    ("dtype", "DESYNC: rank 2 used dtype Float,Half in coalesced(all_gather x2) #3 of default_pg where ranks 0-1,3 used dtype Float",
+     "rank 2: dtype Float,Half where ranks 0-1,3 have dtype Float"),
+    ("op", "DESYNC: rank 2 called coalesced(all_gather, reduce_scatter) as #3 of default_pg where ranks 0-1,3 called "
+           "coalesced(all_gather x2)",
+     "rank 2: all_gather+reduce_scatter+coalesced where ranks 0-1,3 have all_gather+all_gather+coalesced"),
+])
+def test_a_coalesced_group_that_differs_is_described_op_by_op(odd, headline, detail):
+    def rank(r):
+        second = {"op": "all_gather", "sizes": ((3,),), "out": ((12,),)}
+        if r == 2:
+            second = {"size": {"op": "all_gather", "sizes": ((5,),), "out": ((20,),)}, "dtype": {**second, "dtype": "Half"},
+                      "op": {"op": "reduce_scatter", "sizes": ((12,),), "out": ((3,),)}}[odd]
+        return make_dump(ops(2) + [entry(seq=3, op="all_gather", sizes=((2,),), out=((8,),)), entry(seq=3, **second),
+                                   entry(seq=3, op="coalesced", sizes=())])
+    result = run({r: rank(r) for r in range(4)})
+    assert result.verdict == "desync" and result.culprit_ranks == (2,)
+    assert result.headline == headline
+    assert result.findings[0].detail.startswith(detail + " [decided by majority: 3 of 4 issuers of coalesced(all_gather x2) #3")
 
 
 def test_analysis_does_not_depend_on_the_order_of_ranks():
@@ -381,30 +416,29 @@ def test_in_a_cycle_the_other_ranks_show_which_op_comes_first():
 W2 = {"0": ("default_pg", (0, 1))}
 
 
-def _dropped_recv(steps: int, also_skipped: int | None = None):
-    """Each step rank 0 sends to rank 1, then both all_reduce; after `steps` steps rank 1 skips its
-    recv and waits in the all_reduce while rank 0 waits in its send (NCCL: a cycle). Rank 1 may
-    have skipped the recv of step `also_skipped` as well."""
+def _pair_steps(steps: int, skipper: int, world=W2, also_skipped: int | None = None):
+    """Each step rank 0 sends to rank 1, then every rank all_reduces (NCCL). After `steps` steps
+    `skipper` leaves out its p2p op (rank 0 its send, rank 1 its recv) and waits in the
+    all_reduce while its peer waits in its p2p op: a cycle. The skipper may have left out the p2p
+    op of step `also_skipped` too; ranks past 1 only all_reduce."""
+    peer = 1 - skipper
     dumps = {}
-    for r in (0, 1):
+    for r in sorted({rank for _, ranks in world.values() for rank in ranks}):
         mine = []
         for step in range(1, steps + 2):
             last = step == steps + 1
-            if r == 0:
-                mine.append(p2p("send", 0, 1, step, state="scheduled" if last else "completed"))
-                if not last:
-                    mine.append(entry(seq=step, backend="nccl", state="completed"))
-                continue
-            if not last and step != also_skipped:
-                mine.append(p2p("recv", 1, 0, step))
-            mine.append(entry(seq=step, backend="nccl", state="scheduled" if last else "completed"))
-        dumps[r] = nccl(mine, W2)
+            state = "scheduled" if last else "completed"
+            if r in (0, 1) and not (r == skipper and (last or step == also_skipped)):
+                mine.append(p2p("send", 0, 1, step, state=state) if r == 0 else p2p("recv", 1, 0, step, state=state))
+            if not (last and r == peer):
+                mine.append(entry(seq=step, backend="nccl", state=state))
+        dumps[r] = nccl(mine, world)
     return run(dumps)
 
 
 @pytest.mark.parametrize("steps", [4, 6])
 def test_a_rank_whose_own_history_always_had_the_recv_is_the_one_that_skipped_it(steps):
-    result = _dropped_recv(steps)
+    result = _pair_steps(steps, skipper=1)
     assert result.verdict == "desync" and result.culprit_ranks == (1,)
     assert result.evidence == (f"own history: rank 1's buffer shows recv 0->1 of default_pg between every two all_reduce "
                                f"of default_pg in its last {steps - 1} steps, and not before its latest one",)
@@ -412,7 +446,7 @@ def test_a_rank_whose_own_history_always_had_the_recv_is_the_one_that_skipped_it
 
 @pytest.mark.parametrize("steps,also_skipped", [(3, None), (6, 6), (6, 2)], ids=["too-short", "skipped-last-step", "skipped-early"])
 def test_a_history_too_short_or_irregular_decides_nothing(steps, also_skipped):
-    result = _dropped_recv(steps, also_skipped)
+    result = _pair_steps(steps, skipper=1, also_skipped=also_skipped)
     assert result.verdict == "inconclusive" and result.culprit_ranks == ()
     assert result.headline == (f"INCONCLUSIVE: rank 1 waits in all_reduce #{steps + 1} of default_pg for rank 0; rank 0 waits "
                                f"in send 0->1 (p2p #{steps + 1}) of default_pg for rank 1: they issued ops in different orders "
@@ -453,22 +487,7 @@ def test_a_cycle_of_collectives_no_history_or_other_rank_decides_goes_to_the_op_
 def test_a_cycle_through_a_send_is_not_decided_by_the_op_most_ranks_wait_in():
     """A sender blocked on a dropped recv is missing from every collective after it: the
     majority there says nothing (without enough history of its own, nothing decides)."""
-    world = {"0": ("default_pg", (0, 1, 2))}
-    dumps = {}
-    for r in (0, 1, 2):
-        mine = []
-        for step in (1, 2, 3):
-            last = step == 3
-            if r == 0:
-                mine.append(p2p("send", 0, 1, step, state="scheduled" if last else "completed"))
-                if not last:
-                    mine.append(entry(seq=step, backend="nccl", state="completed"))
-                continue
-            if r == 1 and not last:
-                mine.append(p2p("recv", 1, 0, step))
-            mine.append(entry(seq=step, backend="nccl", state="scheduled" if last else "completed"))
-        dumps[r] = nccl(mine, world)
-    result = run(dumps)
+    result = _pair_steps(2, skipper=1, world={"0": ("default_pg", (0, 1, 2))})
     assert result.verdict == "inconclusive" and result.culprit_ranks == ()
     assert result.headline == ("INCONCLUSIVE: ranks 1-2 wait in all_reduce #3 of default_pg for rank 0; rank 0 waits in "
                                "send 0->1 (p2p #3) of default_pg for rank 1: they issued ops in different orders and neither "
@@ -476,23 +495,46 @@ def test_a_cycle_through_a_send_is_not_decided_by_the_op_most_ranks_wait_in():
 
 
 def test_a_rank_whose_own_history_always_had_the_send_is_the_one_that_skipped_it():
-    # the mirror of the dropped recv: rank 0 skips its 6th send; rank 1 waits in the recv
-    dumps = {}
-    for r in (0, 1):
-        mine = []
-        for step in range(1, 7):
-            last = step == 6
-            if r == 1:
-                mine.append(p2p("recv", 1, 0, step, state="scheduled" if last else "completed"))
-                if not last:
-                    mine.append(entry(seq=step, backend="nccl", state="completed"))
-                continue
-            if not last:
-                mine.append(p2p("send", 0, 1, step))
-            mine.append(entry(seq=step, backend="nccl", state="scheduled" if last else "completed"))
-        dumps[r] = nccl(mine, W2)
-    result = run(dumps)
+    result = _pair_steps(5, skipper=0)  # rank 0 skips its 6th send; rank 1 waits in the recv
     assert result.verdict == "desync" and result.culprit_ranks == (0,)
     assert result.headline.startswith("DESYNC: rank 0 never posted the send matching rank 1's recv 1<-0 (p2p #6) of default_pg")
     assert result.evidence == ("own history: rank 0's buffer shows send 0->1 of default_pg between every two all_reduce "
                                "of default_pg in its last 4 steps, and not before its latest one",)
+
+
+def _pair_split(last_seq: dict[int, int], missing=()):
+    """tp pairs (0,1), (2,3), (4,5), (6,7) (gloo): rank 0 issued #3, rank 1 stopped at #2 and waits
+    for nobody, the other ranks' last seq ids as given (else 3); a tie only sibling groups decide."""
+    last_seq = {0: 3, 1: 2, **last_seq}
+    return run({r: make_dump(ops(last_seq.get(r, 3), pg=str(1 + r // 2), desc="tp")) for r in range(8) if r not in missing})
+
+
+def test_in_a_tie_the_sibling_groups_that_went_on_blame_the_rank_left_behind():
+    result = _pair_split({})
+    assert result.culprit_ranks == (1,) and result.evidence == ("sibling groups: the other tp groups issued #3 too",)
+
+
+def test_in_a_tie_the_sibling_groups_that_stopped_blame_the_rank_that_ran_ahead():
+    result = _pair_split({r: 2 for r in range(2, 8)})
+    assert result.culprit_ranks == (0,) and result.evidence == ("sibling groups: the other tp groups stopped before #3",)
+    assert result.headline == ("DESYNC: rank 0 ran ahead: it issued all_reduce #3 of tp, which rank 1 never issued, and "
+                               "waits in it; rank 1 waits for nobody")
+    (finding,) = result.findings
+    assert finding.kind == "extra_op" and finding.detail.startswith(
+        "rank 0 issued it alone; rank 1 never did and waits for nobody (their last op in tp is #2)")
+
+
+@pytest.mark.parametrize("last_seq,missing", [({2: 2, 4: 2, 6: 2}, ()), ({2: 2, 3: 2}, ())],
+                         ids=["siblings-split-too", "siblings-disagree"])
+def test_in_a_tie_siblings_split_or_disagreeing_decide_nothing(last_seq, missing):
+    result = _pair_split(last_seq, missing)
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert result.headline == ("INCONCLUSIVE: rank 0 issued all_reduce #3 of tp, rank 1 never did and waits for nobody: as "
+                               "many members ran ahead as stayed behind, and no sibling group shows which is right")
+
+
+def test_a_sibling_group_with_a_missing_dump_has_no_say():
+    # pair (2,3): rank 3 left no dump, rank 2 stopped at #2; pairs (4,5) and (6,7) went on
+    result = _pair_split({2: 2}, missing=(3,))
+    assert 1 in result.culprit_ranks and 0 not in result.culprit_ranks
+    assert "sibling groups: the other tp groups issued #3 too" in result.evidence

@@ -135,8 +135,8 @@ def _describe_ops(ops: Hashable) -> str:
 
 
 def _describe_sizes(units: dict[int, UnitEntries]) -> Callable[[Hashable], str]:
-    shown = {_size_keys(u): _sizes_text(u) for u in units.values()}
-    return lambda key: shown.get(key, str(key))
+    shown = {_size_keys(u): _sizes_text(u) for u in units.values()}  # every key voted on is some unit's
+    return shown.__getitem__
 
 
 def _sizes_text(unit: UnitEntries) -> str:
@@ -146,4 +146,4 @@ def _sizes_text(unit: UnitEntries) -> str:
 def _describe_dtypes(units: dict[int, UnitEntries]) -> Callable[[Hashable], str]:
     shown = {_dtype_keys(u): ",".join(sorted({d for e in u for d in e.input_dtypes + e.output_dtypes}))
              for u in units.values()}
-    return lambda key: "dtype " + shown.get(key, str(key))
+    return lambda key: "dtype " + shown[key]

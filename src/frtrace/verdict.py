@@ -148,7 +148,8 @@ def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:
             continue
         idle = graph.waits_on[key]
         result.append(Finding("extra_op", f.group, f.collective_seq_id, None, f.op, issuers, f.expected_ranks,
-                              f"{ranks_word(issuers)} issued it alone; {ranks_word(idle)} never did and wait for nobody "
+                              f"{ranks_word(issuers)} issued it alone; {ranks_word(idle)} never did and "
+                              f"{'waits' if len(idle) == 1 else 'wait'} for nobody "
                               f"(their last op in {f.group.label} is #{max(graph.views[f.group.key].known_last.get(r, 0) for r in idle)})"))
     return result
 
@@ -217,7 +218,7 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
         idle = graph.waits_on[key]
         return (f"{subject} ran ahead: {'it' if len(ranks) == 1 else 'they'} issued {blocker.describe()}, which "
                 f"{ranks_word(idle)} never issued, and {'waits' if len(ranks) == 1 else 'wait'} in it; "
-                f"{ranks_word(idle)} wait for nobody")
+                f"{ranks_word(idle)} {'waits' if len(idle) == 1 else 'wait'} for nobody")
     if key[0] == "p2p":
         other = "recv" if blocker.p2p and blocker.p2p.kind == "send" else "send"
         text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"

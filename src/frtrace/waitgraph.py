@@ -387,7 +387,8 @@ class WaitGraph:
         if len(issuers) == len(awaited):
             sibling = self._sibling_reached(view, seq)
             if sibling is None:
-                undecided.append(f"{ranks_word(issuers)} issued {described}, {ranks_word(awaited)} never did and wait for "
+                undecided.append(f"{ranks_word(issuers)} issued {described}, {ranks_word(awaited)} never did and "
+                                 f"{_verb(awaited, 'waits', 'wait')} for "
                                  "nobody: as many members ran ahead as stayed behind, and no sibling group shows which is right")
                 return []
             if sibling:
@@ -430,7 +431,7 @@ class WaitGraph:
             if blocker is None or dump is None:
                 continue
             for key in (k for k, awaited in self.waits_on.items() if rank in awaited):
-                wanted = self._class_of_awaited(key, rank)
+                wanted = self._class_of_awaited(key)
                 if wanted is None:
                     continue
                 steps = _steps_between(dump, _class_of_entry(blocker.entry, blocker.group), wanted, self._group_of(rank))
@@ -449,8 +450,8 @@ class WaitGraph:
         groups = self._groups_by_rank
         return lambda entry: groups.get((rank, entry.pg_name))
 
-    def _class_of_awaited(self, key: tuple, rank: int) -> tuple | None:
-        """The class of op `rank` would issue to release the waiters of `key`."""
+    def _class_of_awaited(self, key: tuple) -> tuple | None:
+        """The class of op an awaited rank would issue to release the waiters of `key`."""
         blocker = self.blocker_of_op[key]
         if key[0] == "coll":
             return _class_of_entry(blocker.entry, blocker.group)
