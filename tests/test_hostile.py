@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -486,6 +488,26 @@ def test_an_interrupt_between_two_outputs_replaces_neither_and_says_so(tmp_path,
     assert db.read_bytes() == b"old db" and trace.read_text() == "old trace"
     assert capsys.readouterr().err.strip() == "frtrace: interrupted by SIGINT; no output file was written or changed"
     assert sorted(os.listdir(tmp_path)) == ["db.pkl", "t.json"]
+
+
+def test_outputs_are_staged_as_hidden_files_named_after_their_targets(tmp_path, monkeypatch):
+    """What a crash could leave behind must say what it was and not look like a dump or an output:
+    `.db.pkl.<random>.tmp` beside `db.pkl`; a stream's beside nothing of the user's (the system's
+    temporary folder, never the working directory, which may be the dump folder)."""
+    from frtrace import output
+
+    staged = []
+    real_replace, real_copy = os.replace, output._copy_to_stream
+    monkeypatch.setattr(output.os, "replace", lambda source, target: staged.append((source, target)) or real_replace(source, target))
+    monkeypatch.setattr(output, "_copy_to_stream", lambda temp, plan: staged.append((temp, "-")) or real_copy(temp, plan))
+    monkeypatch.chdir(tmp_path)
+    assert main(["-d", str(SKIP), "-o", str(tmp_path / "db.pkl"), "--json", "-"]) == 1
+    (temp, target), (stream_temp, _) = sorted(staged, key=lambda pair: pair[1] == "-")
+    assert target == str(tmp_path / "db.pkl") and os.path.dirname(temp) == str(tmp_path)
+    assert re.fullmatch(r"\.db\.pkl\.\w+\.tmp", os.path.basename(temp)), temp
+    assert os.path.dirname(stream_temp) == tempfile.gettempdir()
+    assert re.fullmatch(r"\.frtrace\.\w+\.tmp", os.path.basename(stream_temp)), stream_temp
+    assert sorted(os.listdir(tmp_path)) == ["db.pkl"]
 
 
 @pytest.mark.parametrize("failing", [2, 3])

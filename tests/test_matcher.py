@@ -117,6 +117,16 @@ def test_a_sibling_group_not_every_member_of_which_issued_the_op_has_no_vote():
     assert sorted(f.ranks for f in result.findings if f.kind == "missing_ranks") == [(5,), (7,)]
 
 
+def test_three_ways_of_one_collective_and_no_majority_decide_nothing():
+    dumps = {r: make_dump(ops(1) + [entry(seq=2, sizes=((4 + r,),))]) for r in range(3)}
+    result = run(dumps)
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    (finding,) = result.findings
+    assert (finding.ranks, finding.decided) == ((), False)
+    assert result.headline == ("INCONCLUSIVE: size mismatch in all_reduce #2 of default_pg: rank 0: [[4]] -> [[4]], "
+                               "rank 1: [[5]] -> [[5]], rank 2: [[6]] -> [[6]]; no majority and no sibling group decides")
+
+
 def test_pair_group_mismatch_without_siblings_is_inconclusive():
     dumps = {0: make_dump(ops(2)), 1: make_dump(ops(1) + [entry(seq=2, sizes=((9,),))])}
     result = run(dumps)
@@ -246,7 +256,8 @@ def test_dtype_mismatch_names_the_odd_rank():
     dumps = {r: make_dump([entry(dtype="BFloat16" if r == 2 else "Float")]) for r in range(4)}
     result = run(dumps)
     assert result.findings[0].kind == "dtype_mismatch" and result.culprit_ranks == (2,)
-    assert result.findings[0].detail.startswith("rank 2: dtype BFloat16 where ranks 0-1,3 have dtype Float")
+    assert result.findings[0].detail == ("rank 2: dtype BFloat16 where ranks 0-1,3 have dtype Float [decided by majority: "
+                                         "3 of 4 issuers of all_reduce #1 in default_pg agree]")
     assert result.headline == ("DESYNC: rank 2 used dtype BFloat16 in all_reduce #1 of default_pg "
                                "where ranks 0-1,3 used dtype Float")
 
@@ -502,16 +513,23 @@ def test_a_rank_whose_own_history_always_had_the_send_is_the_one_that_skipped_it
                                "of default_pg in its last 4 steps, and not before its latest one",)
 
 
-def _pair_split(last_seq: dict[int, int], missing=()):
-    """tp pairs (0,1), (2,3), (4,5), (6,7) (gloo): rank 0 issued #3, rank 1 stopped at #2 and waits
+def _pair_split(last_seq: dict[int, int], missing=(), desc="tp"):
+    """Pairs (0,1), (2,3), (4,5), (6,7) (gloo): rank 0 issued #3, rank 1 stopped at #2 and waits
     for nobody, the other ranks' last seq ids as given (else 3); a tie only sibling groups decide."""
     last_seq = {0: 3, 1: 2, **last_seq}
-    return run({r: make_dump(ops(last_seq.get(r, 3), pg=str(1 + r // 2), desc="tp")) for r in range(8) if r not in missing})
+    return run({r: make_dump(ops(last_seq.get(r, 3), pg=str(1 + r // 2), desc=desc)) for r in range(8) if r not in missing})
 
 
 def test_in_a_tie_the_sibling_groups_that_went_on_blame_the_rank_left_behind():
     result = _pair_split({})
     assert result.culprit_ranks == (1,) and result.evidence == ("sibling groups: the other tp groups issued #3 too",)
+    assert result.headline == ("DESYNC: rank 1 never joined all_reduce #3 of tp (1 rank waits in it); rank 1 is in no "
+                               "collective: its last op, all_reduce #2 of tp, was joined by every member")
+
+
+def test_groups_without_a_desc_have_no_siblings():
+    result = _pair_split({}, desc="undefined")  # the other pairs went on, but nothing says they are alike
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
 
 
 def test_in_a_tie_the_sibling_groups_that_stopped_blame_the_rank_that_ran_ahead():
@@ -538,3 +556,19 @@ def test_a_sibling_group_with_a_missing_dump_has_no_say():
     result = _pair_split({2: 2}, missing=(3,))
     assert 1 in result.culprit_ranks and 0 not in result.culprit_ranks
     assert "sibling groups: the other tp groups issued #3 too" in result.evidence
+
+
+@pytest.mark.parametrize("pair_first", [True, False], ids=["pair-op-first", "world-op-first"])
+def test_of_two_mismatches_the_headline_names_the_one_the_culprit_issued_first(pair_first):
+    groups = {"0": ("default_pg", range(4)), "1": ("tp", (0, 1)), "2": ("tp", (2, 3))}
+    dumps = {}
+    for r in range(4):
+        world = ops(2, sizes=((4,),)) + [entry(seq=3, sizes=((9 if r == 3 else 4,),))]
+        pair = [entry(pg="1" if r < 2 else "2", desc="tp", seq=1, dtype="Half" if r == 3 else "Float")]
+        dumps[r] = nccl(pair + world if pair_first else world + pair, groups)
+    result = run(dumps)
+    assert result.culprit_ranks == (3,)
+    assert result.headline == ("DESYNC: rank 3 used dtype Half in all_reduce #1 of tp where rank 2 used dtype Float" if pair_first
+                               else "DESYNC: rank 3 passed sizes [[9]] to all_reduce #3 of default_pg where ranks 0-2 passed "
+                                    "sizes [[4]]") + " (+1 more group(s) with a mismatch)"
+    assert result.culprit_entries[3].pg_name == ("2" if pair_first else "0")

@@ -23,7 +23,7 @@ def _odd_ones(keys: dict[int, Hashable]) -> tuple[Hashable, tuple[int, ...]] | N
 @dataclass(frozen=True, slots=True)
 class _Verdict:
     kind: str
-    offenders: tuple[int, ...]
+    offenders: tuple[int, ...]  # empty unless decided
     detail: str
     decided: bool
 
@@ -95,10 +95,10 @@ class Checker:
         if voted is None:
             parts = ", ".join(f"rank {r}: {describe(k)}" for r, k in sorted(keys.items()))
             reason = "two members cannot outvote each other" if len(keys) == 2 else "no majority"
-            return _Verdict(kind, tuple(sorted(keys)), f"{prefix}{parts}; {reason} and no sibling group decides", False)
+            return _Verdict(kind, (), f"{prefix}{parts}; {reason} and no sibling group decides", False)
         reference, offenders = voted
-        agreeing = [r for r, k in keys.items() if k == reference]
-        others = ranks_word(agreeing) if agreeing else "the reference"
+        agreeing = [r for r, k in keys.items() if k == reference]  # never empty: the reference is some rank's key
+        others = ranks_word(agreeing)
         detail = (f"{prefix}{ranks_word(offenders)}: "
                   + "; ".join(sorted({describe(keys[r]) for r in offenders}))
                   + f" where {others} {'has' if len(agreeing) == 1 else 'have'} {describe(reference)}{source}")

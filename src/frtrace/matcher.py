@@ -73,7 +73,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
             if verdict and first_mismatch is None:
                 first_mismatch = verdict
                 op = Counter(map(unit_label, units.values())).most_common(1)[0][0]
-                findings.append(Finding(verdict.kind, group, seq, None, op, verdict.offenders if verdict.decided else (),
+                findings.append(Finding(verdict.kind, group, seq, None, op, verdict.offenders,
                                         group.ranks, verdict.detail, decided=verdict.decided))
 
     p2p_findings, unmatched, p2p_notes = match_p2p(views, dumps, tracking)
