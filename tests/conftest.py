@@ -39,6 +39,17 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item.get_closest_marker("process") is None]
 
 
+@pytest.fixture(autouse=True)
+def _read_in_process_under_mutation(monkeypatch):
+    """Under tests/mutation.py, dumps are read in the test's own process: mutmut learns which tests
+    reach a function by watching this process, and a worker's calls would go unseen (its mutants
+    never tried). Tests of the worker processes themselves are marked `process` and left out."""
+    if os.environ.get("FRTRACE_MUTATION"):
+        from frtrace import loader
+
+        monkeypatch.setattr(loader.worker_processes, "in_workers", lambda work, jobs, count: map(work, jobs))
+
+
 def examples(count: int) -> int:
     """A property test's number of examples under the profile in use."""
     return max(1, int(count * _SCALE[PROFILE]))

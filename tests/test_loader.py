@@ -482,6 +482,7 @@ def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
     assert sorted(parallel.dumps) == list(range(18)) and len(parallel.skipped) == 2
 
 
+@pytest.mark.process
 def test_workers_take_files_as_they_answer_so_one_slow_file_holds_up_no_other(tmp_path):
     from frtrace.workers import in_workers
 
@@ -503,6 +504,7 @@ def test_workers_take_files_as_they_answer_so_one_slow_file_holds_up_no_other(tm
     assert [r[0] for r in results[1:]] == list(range(1, 20))  # answers come back in job order
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_worker_that_dies_costs_only_the_file_it_was_reading(workers):
     from frtrace.workers import in_workers

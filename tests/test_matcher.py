@@ -109,6 +109,13 @@ def test_sibling_groups_that_tie_decide_nothing():
                                "rank 1: [[5]] -> [[5]]; two members cannot outvote each other and no sibling group decides")
 
 
+def test_sibling_groups_three_ways_apart_decide_nothing():
+    result = _tp_pairs({1: 5, 4: 5, 5: 5, 6: 6, 7: 6})  # pairs (2,3), (4,5), (6,7) used 4, 5 and 6
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert result.findings[0].detail.startswith("rank 0: [[4]] -> [[4]], rank 1: [[5]] -> [[5]]; two members cannot "
+                                                "outvote each other and no sibling group decides")
+
+
 def test_a_sibling_group_not_every_member_of_which_issued_the_op_has_no_vote():
     # ranks 5 and 7 never issued #3: their partners' size 5 is no vote; pair (2,3)'s 4 decides
     result = _tp_pairs({1: 5, 4: 5, 6: 5}, issued_3={0, 1, 2, 3, 4, 6})
