@@ -301,6 +301,29 @@ def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_pat
     assert sum(taken) == cap + 1
 
 
+def test_a_truncated_json_dump_is_refused_with_the_parsers_own_words(tmp_path):
+    damaged = tmp_path / "nccl_trace_rank_0.json"
+    damaged.write_text(json.dumps(make_dump(ops(2)))[:-30])
+    assert _reason(lambda: read_raw(str(damaged))) == (
+        "not valid JSON (Unterminated string starting at: line 1 column 956 (char 955)); the file is truncated or damaged, "
+        "re-dump the rank or leave it out")
+
+
+def test_integers_too_long_for_json_cost_their_fields_and_shorter_ones_keep_their_value(tmp_path):
+    """A number of over 4300 digits fails Python's JSON parser: the dump is parsed again with
+    numbers of more than 20 digits kept as their length only; each costs its field."""
+    raw = make_dump([entry(seq=1, time_discovered_started_ns=7771, time_discovered_completed_ns=7772, duration_ms=7773)])
+    text = json.dumps(raw)
+    for marker, digits in ((7771, 4400), (7772, 20), (7773, 21)):
+        text = text.replace(f": {marker}", f": {'9' * digits}", 1)
+    (tmp_path / "r.json").write_text(text)
+    assert sorted(read_dump(str(tmp_path / "r.json"), 0).notes) == [
+        "entry 0: 'duration_ms' is a 21-digit integer where milliseconds belong; the field was dropped",
+        "entry 0: 'time_discovered_completed_ns' is 99999999999999999999, beyond a 64-bit integer; the field was dropped",
+        "entry 0: 'time_discovered_started_ns' is a 4400-digit integer where an integer belongs; the field was dropped",
+    ]
+
+
 def _reason(read) -> str:
     try:
         read()

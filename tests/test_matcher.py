@@ -134,6 +134,12 @@ def test_three_ways_of_one_collective_and_no_majority_decide_nothing():
                                "rank 1: [[5]] -> [[5]], rank 2: [[6]] -> [[6]]; no majority and no sibling group decides")
 
 
+def test_two_odd_ranks_each_have_their_sizes_said():
+    result = run({r: make_dump([entry(sizes=(({3: 5, 4: 6}.get(r, 4),),))]) for r in range(5)})
+    assert result.culprit_ranks == (3, 4)
+    assert result.findings[0].detail.startswith("ranks 3-4: [[5]] -> [[5]]; [[6]] -> [[6]] where ranks 0-2 have [[4]] -> [[4]] [")
+
+
 def test_pair_group_mismatch_without_siblings_is_inconclusive():
     dumps = {0: make_dump(ops(2)), 1: make_dump(ops(1) + [entry(seq=2, sizes=((9,),))])}
     result = run(dumps)
@@ -251,12 +257,20 @@ def test_all_to_all_checks_group_totals():
 
 
 def test_the_majority_counts_the_members_that_issued_the_collective():
-    # rank 4 issued nothing: 3 of the 4 issuers of #1 agree, rank 2 used another dtype
-    dumps = {r: make_dump([entry(dtype="Half" if r == 2 else "Float")] if r != 4 else []) for r in range(5)}
+    # all five issued #1; rank 4 never issued #2: 3 of its 4 issuers agree, rank 2 used another dtype
+    dumps = {r: make_dump(ops(1) + ([entry(seq=2, dtype="Half" if r == 2 else "Float")] if r != 4 else [])) for r in range(5)}
     result = run(dumps)
     mismatch = next(f for f in result.findings if f.kind == "dtype_mismatch")
     assert mismatch.ranks == (2,)
-    assert "majority: 3 of 4 issuers of all_reduce #1 in default_pg agree" in result.evidence
+    assert "majority: 3 of 4 issuers of all_reduce #2 in default_pg agree" in result.evidence
+
+
+def test_every_issuer_breaking_its_size_rule_its_own_way_is_said_so():
+    # four members (pg_config): each gathers 9 to 12 elements from 2 each, where 8 is right
+    dumps = {r: nccl([entry(op="all_gather", sizes=((2,),), out=((9 + r,),))], WORLD4) for r in range(4)}
+    result = run(dumps)
+    assert result.culprit_ranks == (0, 1, 2, 3)
+    assert result.evidence == ("own rule: every issuer of all_gather #1 breaks its size rule",)
 
 
 def test_dtype_mismatch_names_the_odd_rank():
@@ -579,3 +593,24 @@ def test_of_two_mismatches_the_headline_names_the_one_the_culprit_issued_first(p
                                else "DESYNC: rank 3 passed sizes [[9]] to all_reduce #3 of default_pg where ranks 0-2 passed "
                                     "sizes [[4]]") + " (+1 more group(s) with a mismatch)"
     assert result.culprit_entries[3].pg_name == ("2" if pair_first else "0")
+
+
+def test_the_evidence_says_who_waits_for_whom_in_words_that_agree():
+    world = {"0": ("default_pg", range(4))}
+    stuck = run({r: nccl(ops(2, backend="nccl", state="completed") + [entry(seq=3, backend="nccl", state="scheduled")], world)
+                 for r in range(3)})  # rank 3 left no dump
+    assert stuck.culprit_ranks == (3,)
+    assert stuck.evidence == ("missing dump: rank 3 left no readable dump, and ranks 0-2 wait for it",)
+    pair = {"0": ("default_pg", (0, 1))}
+    unmatched = run({0: nccl([p2p("send", 0, 1, 1), p2p("send", 0, 1, 2, state="scheduled")], pair),
+                     1: nccl([p2p("recv", 1, 0, 1)], pair)})
+    assert unmatched.culprit_ranks == (1,)
+    assert unmatched.evidence == ("wait-for graph: rank 0 waits in send 0->1 (p2p #2) of default_pg for rank 1, who waits for nobody",)
+    behind = run({r: make_dump(ops(3 if r != 3 else 2)) for r in range(4)})
+    assert behind.culprit_ranks == (3,)
+    assert behind.evidence == ("majority: 3 of 4 members issued all_reduce #3 of default_pg; rank 3 never did and waits for nobody",)
+
+
+def test_a_missing_dump_one_rank_waits_for_is_said_in_the_singular():
+    result = _pair_split({2: 2}, missing=(3,))
+    assert "missing dump: rank 3 left no readable dump, and rank 2 waits for it" in result.evidence

@@ -157,17 +157,17 @@ def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:
 def _mismatch_evidence(finding: Finding, checks) -> str:
     if "(reference: the other" in finding.detail:
         return f"sibling groups: the other {finding.group.label} groups decide {finding.op} #{finding.collective_seq_id}"
-    check = next((c for c in checks if c.group is finding.group and c.collective_seq_id == finding.collective_seq_id), None)
-    issued = len(check.entries) if check is not None else len(finding.expected_ranks)
-    if set(finding.ranks) >= set(check.entries if check is not None else ()):
+    check = next(c for c in checks if c.group is finding.group and c.collective_seq_id == finding.collective_seq_id)
+    issued = len(check.entries)
+    if set(finding.ranks) >= set(check.entries):
         return f"own rule: every issuer of {finding.op} #{finding.collective_seq_id} breaks its size rule"
     return (f"majority: {issued - len(finding.ranks)} of {issued} issuers of {finding.op} #{finding.collective_seq_id} "
             f"in {finding.group.label} agree")
 
 
 def _first_entry_index(finding: Finding, checks) -> int:
-    entry = next((_entry_at(checks, finding, r) for r in finding.ranks), None)
-    return entry.index if entry is not None else 1 << 30
+    """Where a decided mismatch sits in its first offender's buffer (an offender issued it)."""
+    return _entry_at(checks, finding, finding.ranks[0]).index
 
 
 def _entry_at(checks, finding: Finding, rank: int) -> Entry | None:
