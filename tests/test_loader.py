@@ -527,6 +527,30 @@ def test_workers_take_files_as_they_answer_so_one_slow_file_holds_up_no_other(tm
     assert [r[0] for r in results[1:]] == list(range(1, 20))  # answers come back in job order
 
 
+def _echo(job):
+    return job
+
+
+@pytest.mark.process
+def test_a_ctrl_c_while_a_worker_starts_is_not_lost(monkeypatch):
+    """The parent keeps Ctrl-C from a child while forking it; one pressed then must still stop the
+    parent (it used to be ignored for that moment, and the run went on to write its outputs)."""
+    import signal
+
+    from frtrace import workers
+
+    process_class = workers._context().Process
+    real_start = process_class.start
+
+    def start_then_interrupt(self):
+        real_start(self)
+        os.kill(os.getpid(), signal.SIGINT)  # as a terminal does, while the worker is being started
+
+    monkeypatch.setattr(process_class, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        list(workers.in_workers(_echo, [("a", 0), ("b", 1), ("c", 2)], 2))
+
+
 @pytest.mark.process
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_worker_that_dies_costs_only_the_file_it_was_reading(workers):

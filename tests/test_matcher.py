@@ -614,3 +614,23 @@ def test_the_evidence_says_who_waits_for_whom_in_words_that_agree():
 def test_a_missing_dump_one_rank_waits_for_is_said_in_the_singular():
     result = _pair_split({2: 2}, missing=(3,))
     assert "missing dump: rank 3 left no readable dump, and rank 2 waits for it" in result.evidence
+
+
+@pytest.mark.parametrize("size,dumps,headline", [
+    (2, {0: ops(3)}, "DESYNC: rank 1 left no readable dump and rank 0 waits for it in all_reduce #3 of default_pg: it is "
+                     "the prime suspect"),
+    (4, {0: ops(3), 1: ops(3), 2: ops(3)}, "DESYNC: rank 3 left no readable dump and ranks 0-2 wait for it in all_reduce "
+                                           "#3 of default_pg: it is the prime suspect"),
+    (4, {0: ops(3), 1: ops(3)}, "DESYNC: ranks 2-3 left no readable dump and ranks 0-1 wait for them in all_reduce #3 of "
+                                "default_pg: they are the prime suspect"),
+    (3, {0: ops(1), 1: ops(1), 2: []}, "DESYNC: rank 2 never joined all_reduce #1 of default_pg (2 ranks wait in it); "
+                                       "rank 2 has an empty buffer (no op in flight, or none recorded)"),
+], ids=["one-waits-for-one", "several-wait-for-one", "several-wait-for-several", "empty-buffer"])
+def test_headlines_agree_in_number_with_who_waits_for_whom(size, dumps, headline):
+    world = {"0": ("default_pg", range(size))}
+    assert run({r: nccl(raw, world) for r, raw in dumps.items()}).headline == headline
+
+
+def test_a_dropped_recv_is_named_from_the_senders_side():
+    assert _pair_steps(4, skipper=1).headline == ("DESYNC: rank 1 never posted the recv matching rank 0's send 0->1 (p2p #5) "
+                                                  "of default_pg; rank 1 is blocked in all_reduce #5 of default_pg")

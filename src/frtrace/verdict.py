@@ -224,7 +224,7 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
         text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"
     elif all(r not in dumps for r in ranks):
         return (f"{subject} left no readable dump and {ranks_word(waiting)} {'waits' if len(waiting) == 1 else 'wait'} "
-                f"for it in {blocker.describe()}: "
+                f"for {'them' if len(ranks) > 1 else 'it'} in {blocker.describe()}: "
                 f"{'they are' if len(ranks) > 1 else 'it is'} the prime suspect")
     else:
         text = f"{subject} never joined {blocker.describe()} ({len(waiting)} {'ranks wait' if len(waiting) != 1 else 'rank waits'} in it)"

@@ -18,6 +18,7 @@ _IN_FLIGHT = 2  # files given to a worker ahead of its answers: it never waits f
 def _worker(load: Callable, connection) -> None:
     """A worker process: load each job the main process sends, until it sends None."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent while it forked
     for signum in (signal.SIGTERM, signal.SIGHUP):  # a worker stopped by a signal just ends
         signal.signal(signum, signal.SIG_DFL)
     try:
@@ -46,25 +47,24 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
     (Ctrl-C) is only killing the workers, which cannot leave anything locked behind. A worker
     that dies costs the file it was reading; the files queued behind it go to a new worker.
     """
-    import threading
     from multiprocessing.connection import wait
 
     context = _context()
-    in_main_thread = threading.current_thread() is threading.main_thread()
     processes: list = []
     given: dict = {}  # pipe -> indices of the jobs it holds, in order
 
     def start_worker():
-        # Ctrl-C ignored while forking, so no child can catch one before it ignores it itself.
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
+        # Ctrl-C blocked while forking: no child can catch one before it ignores it itself, and one
+        # pressed meanwhile waits, then reaches this process as the mask is restored (ignoring it
+        # here for the moment, as before, lost it: the run went on to the end)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             mine, theirs = context.Pipe(duplex=True)
             process = context.Process(target=_worker, args=(load, theirs), daemon=True)
             process.start()
             theirs.close()
         finally:
-            if in_main_thread:
-                signal.signal(signal.SIGINT, previous)
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         processes.append(process)
         given[mine] = deque()
         return mine
