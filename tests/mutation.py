@@ -8,7 +8,7 @@ reading and output writing. Each mutant (one small change: an operator, a consta
 runs against the in-process tests that cover its line. Prints the surviving mutants, then, as its
 last line, `N killed, M survived`: every mutant not killed counts as survived (timed out, not
 covered, crashed the tool). docs/testing.md lists the survivors with the reason each is left.
-Not a test: it takes a long time (hours on 2 cores), and CI does not run it.
+Not a test: it takes about an hour on 2 cores, and CI does not run it.
 """
 
 from __future__ import annotations
