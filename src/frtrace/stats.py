@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from bisect import bisect_right
-from collections.abc import Callable
-from itertools import pairwise
+from collections.abc import Callable, Sequence
+from itertools import pairwise, repeat
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -14,7 +14,7 @@ from tabulate import tabulate
 
 from . import rules
 from .align import format_ranks
-from .types import Analysis, Dump, Entry
+from .types import Analysis, Dump, Entry, Kind
 
 DTYPE_BYTES = {
     "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1, "Byte": 1,
@@ -62,17 +62,14 @@ class Stats:
         return tuple(s.spread_ms for s in self.spreads)
 
 
-def _bytes(entry: Entry) -> int | None:
+def _bytes(entry: Entry | Kind) -> int | None:
+    """An entry's input bytes, from its sizes and dtype (an entry's kind holds both)."""
     size = DTYPE_BYTES.get(entry.input_dtypes[0]) if entry.input_dtypes else 0
     return None if size is None else rules.numel(entry.input_sizes) * size
 
 
 def _duration_ms(entry: Entry) -> float | None:
-    if entry.duration_ms is not None:
-        return entry.duration_ms
-    if entry.time_started_ns and entry.time_completed_ns:
-        return (entry.time_completed_ns - entry.time_started_ns) / 1e6
-    return None
+    return _duration_of(entry.duration_ms, entry.time_started_ns, entry.time_completed_ns)
 
 
 def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
@@ -199,8 +196,7 @@ class _AgreedColumns:
         code = view.reference.kinds[seq - view.reference.first_seq]
         kind = view.codes.kinds[code]
         if code not in self.bytes_of:
-            size = DTYPE_BYTES.get(kind.input_dtypes[0]) if kind.input_dtypes else 0
-            self.bytes_of[code] = None if size is None else rules.numel(kind.input_sizes) * size
+            self.bytes_of[code] = _bytes(kind)
         size = self.bytes_of[code]
         record = tally.per_op[(self.label, kind.op)]
         record[0] += 1
@@ -220,15 +216,14 @@ def _track_columns(track, dump: Dump) -> tuple[list, list, list]:
     completed = list(map(entries.time_completed_ns.__getitem__, positions))
     started = list(map(entries.time_started_ns.__getitem__, positions))
     gloo = [kind.backend == "gloo" for kind in entries.kinds]
-    count = len(entries)
-    following = entries.time_created_ns
-    left = [done or ((following[p + 1] or None) if gloo[k] and p + 1 < count else None)
-            for done, p, k in zip(completed, positions, map(entries.kind.__getitem__, positions))]
+    left = list(map(_exit, completed, positions, map(gloo.__getitem__, map(entries.kind.__getitem__, positions)),
+                    repeat(entries.time_created_ns)))
     durations = list(map(_duration_of, map(entries.duration_ms.__getitem__, positions), started, completed))
     return created, left, durations
 
 
-def _duration_of(recorded: float | None, started: int, completed: int) -> float | None:
+def _duration_of(recorded: float | None, started: int | None, completed: int | None) -> float | None:
+    """The duration recorded, else completion minus start where both were (0 or None: not)."""
     if recorded is not None and recorded == recorded:  # NaN: not recorded
         return recorded
     if started and completed:
@@ -237,13 +232,19 @@ def _duration_of(recorded: float | None, started: int, completed: int) -> float 
 
 
 def _left_at(last: Entry, dumps: dict[int, Dump]) -> int | None:
-    """When a member left a collective, by its unit's last entry: None when the dump cannot tell."""
-    if last.time_completed_ns:
-        return last.time_completed_ns
-    if last.backend == "gloo":  # gloo collectives block: the next op starts after this one ended
-        following = dumps[last.rank].entries
-        return (following.time_created_ns[last.index + 1] or None) if last.index + 1 < len(following) else None
-    return None  # an enqueued NCCL op without completion time says nothing about when it ended
+    """When a member left a collective, by its unit's last entry."""
+    return _exit(last.time_completed_ns, last.index, last.backend == "gloo", dumps[last.rank].entries.time_created_ns)
+
+
+def _exit(completed: int | None, position: int, gloo: bool, created: Sequence[int]) -> int | None:
+    """When the op at `position` ended: its completion time; for gloo (its collectives block) when
+    the rank created its next op; None when the dump cannot tell (an enqueued NCCL op without a
+    completion time says nothing about when it ended)."""
+    if completed:
+        return completed
+    if gloo and position + 1 < len(created):
+        return created[position + 1] or None
+    return None
 
 
 def render_stats(stats: Stats, out: TextIO, top: int = 10) -> None:
