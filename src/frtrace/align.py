@@ -382,6 +382,11 @@ def count_of(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def by_number(ranks, one: str, several: str) -> str:
+    """The form that agrees with a list of ranks: by_number([3], "waits", "wait") -> "waits"."""
+    return one if len(ranks) == 1 else several
+
+
 def ranks_word(ranks: Iterable[int]) -> str:
     ranks = sorted(set(ranks))
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"

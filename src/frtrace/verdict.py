@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from . import rules
-from .align import count_of, ranks_word, unit_label
+from .align import by_number, count_of, ranks_word, unit_label
 from .types import Analysis, Entry, Finding
 from .waitgraph import WaitGraph
 
@@ -149,7 +149,7 @@ def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:
         idle = graph.waits_on[key]
         result.append(Finding("extra_op", f.group, f.collective_seq_id, None, f.op, issuers, f.expected_ranks,
                               f"{ranks_word(issuers)} issued it alone; {ranks_word(idle)} never did and "
-                              f"{'waits' if len(idle) == 1 else 'wait'} for nobody "
+                              f"{by_number(idle, 'waits', 'wait')} for nobody "
                               f"(their last op in {f.group.label} is #{max(graph.views[f.group.key].known_last.get(r, 0) for r in idle)})"))
     return result
 
@@ -217,13 +217,13 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
     if key in graph.ran_ahead:
         idle = graph.waits_on[key]
         return (f"{subject} ran ahead: {'it' if len(ranks) == 1 else 'they'} issued {blocker.describe()}, which "
-                f"{ranks_word(idle)} never issued, and {'waits' if len(ranks) == 1 else 'wait'} in it; "
-                f"{ranks_word(idle)} {'waits' if len(idle) == 1 else 'wait'} for nobody")
+                f"{ranks_word(idle)} never issued, and {by_number(ranks, 'waits', 'wait')} in it; "
+                f"{ranks_word(idle)} {by_number(idle, 'waits', 'wait')} for nobody")
     if key[0] == "p2p":
         other = "recv" if blocker.p2p and blocker.p2p.kind == "send" else "send"
         text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"
     elif all(r not in dumps for r in ranks):
-        return (f"{subject} left no readable dump and {ranks_word(waiting)} {'waits' if len(waiting) == 1 else 'wait'} "
+        return (f"{subject} left no readable dump and {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} "
                 f"for {'them' if len(ranks) > 1 else 'it'} in {blocker.describe()}: "
                 f"{'they are' if len(ranks) > 1 else 'it is'} the prime suspect")
     else:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import ne
 
-from .align import ANY_SOURCE, GroupView, P2POp, Track, ranks_word, unit_label, unit_state
+from .align import ANY_SOURCE, GroupView, P2POp, Track, by_number, ranks_word, unit_label, unit_state
 from .groups import GroupTable
 from .types import Dump, Entry, Finding, Group
 
@@ -33,10 +33,6 @@ def _peers(kind: str, text: str, group: Group) -> tuple[int | None, int | None]:
     except ValueError:
         return None, None
     return (a, b) if kind == "send" else (b, a)
-
-
-def _verb(ranks, one: str, several: str) -> str:
-    return one if len(ranks) == 1 else several
 
 
 def _class_text(op_class: tuple) -> str:
@@ -358,7 +354,7 @@ class WaitGraph:
         return [(r, first) for r in self.waits_on[first] if ("rank", r) in members]
 
     def _cycle_text(self, ops: list[tuple]) -> str:
-        return "; ".join(f"{ranks_word(self.waiters[k])} {_verb(self.waiters[k], 'waits', 'wait')} in {self.blocker_of_op[k].describe()} for "
+        return "; ".join(f"{ranks_word(self.waiters[k])} {by_number(self.waiters[k], 'waits', 'wait')} in {self.blocker_of_op[k].describe()} for "
                          f"{ranks_word(self.waits_on[k])}" for k in ops)
 
     def _idle_culprits(self, key: tuple, idle: list[int], evidence: list[str], undecided: list[str]) -> list[tuple[int, tuple]]:
@@ -370,10 +366,10 @@ class WaitGraph:
         if key[0] != "coll" or sorted(idle) != sorted(awaited) or not all(r in self.dumps for r in awaited):
             if any(r not in self.dumps for r in idle):
                 evidence.append(f"missing dump: {ranks_word([r for r in idle if r not in self.dumps])} left no readable "
-                                f"dump, and {ranks_word(self.waiters[key])} {_verb(self.waiters[key], 'waits', 'wait')} for it")
+                                f"dump, and {ranks_word(self.waiters[key])} {by_number(self.waiters[key], 'waits', 'wait')} for it")
             else:
-                evidence.append(f"wait-for graph: {ranks_word(self.waiters[key])} {_verb(self.waiters[key], 'waits', 'wait')} in "
-                                f"{self.blocker_of_op[key].describe()} for {ranks_word(idle)}, who {_verb(idle, 'waits', 'wait')} "
+                evidence.append(f"wait-for graph: {ranks_word(self.waiters[key])} {by_number(self.waiters[key], 'waits', 'wait')} in "
+                                f"{self.blocker_of_op[key].describe()} for {ranks_word(idle)}, who {by_number(idle, 'waits', 'wait')} "
                                 "for nobody")
             return blamed
         view = self.views[key[1]]
@@ -382,13 +378,13 @@ class WaitGraph:
         described = self.blocker_of_op[key].describe()
         if len(issuers) > len(awaited):
             evidence.append(f"majority: {len(issuers)} of {view.size} members issued {described}; "
-                            f"{ranks_word(awaited)} never did and {_verb(awaited, 'waits', 'wait')} for nobody")
+                            f"{ranks_word(awaited)} never did and {by_number(awaited, 'waits', 'wait')} for nobody")
             return blamed
         if len(issuers) == len(awaited):
             sibling = self._sibling_reached(view, seq)
             if sibling is None:
                 undecided.append(f"{ranks_word(issuers)} issued {described}, {ranks_word(awaited)} never did and "
-                                 f"{_verb(awaited, 'waits', 'wait')} for "
+                                 f"{by_number(awaited, 'waits', 'wait')} for "
                                  "nobody: as many members ran ahead as stayed behind, and no sibling group shows which is right")
                 return []
             if sibling:
