@@ -14,7 +14,7 @@ import pytest
 from conftest import FIXTURES, entry, make_dump, ops, write_dumps
 from frtrace.discover import find_dump_files
 from frtrace.errors import DumpError, UsageError
-from frtrace.loader import load_dumps, read_dump, read_raw
+from frtrace.loader import load_dumps, normalize, read_dump, read_raw
 
 
 def load(directory, **kw):
@@ -481,6 +481,48 @@ def test_fast_and_careful_paths_read_the_same_entries(path, monkeypatch):
     careful = read_dump(str(path), 0)
     assert fast.entries and fast.entries == careful.entries
     assert fast.stacks == careful.stacks
+
+
+def _fast_peak(entries) -> tuple[object, int]:
+    """fast_columns over raw entries, and the most memory (bytes) it held at once."""
+    import tracemalloc
+
+    from frtrace import fastpath
+
+    tracemalloc.start()
+    try:
+        columns = fastpath.fast_columns(entries, 0, {})
+        return columns, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_value_shared_by_every_entry_is_marshalled_within_a_budget():
+    big = "B" * 400_000  # one string in the file, written into each entry's kind: 800 MB for all of them
+    entries = make_dump(ops(2000, dtype=big))["entries"]
+    columns, peak = _fast_peak(entries)
+    assert columns is None and peak < 40 << 20, peak  # declined (the careful path cuts the text) early
+
+
+def test_a_value_shared_within_one_entry_is_marshalled_once():
+    level = [1] * 10
+    for _ in range(6):  # 10**7 ints when expanded
+        level = [level] * 10
+    entries = make_dump(ops(3))["entries"]
+    entries[1]["input_sizes"] = level
+    columns, peak = _fast_peak(entries)
+    assert columns is None and peak < 4 << 20, peak
+
+
+def test_entries_with_more_tensors_than_a_dump_holds_go_to_the_careful_path():
+    from frtrace import fastpath
+
+    usual = make_dump(ops(100, sizes=((4,),) * 8))["entries"]
+    assert fastpath.fast_columns(usual, 0, {}) is not None
+    many = make_dump([entry(seq=s, sizes=((4 + s,),) * 20) for s in range(100)])  # every kind its own
+    assert fastpath.fast_columns(many["entries"], 0, {}) is None
+    careful = normalize(many, 0, "nccl_trace_rank_0", "pickle").entries
+    assert len(careful) == 100 and careful[99].input_sizes == ((103,),) * 20
 
 
 def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):

@@ -51,44 +51,25 @@ def is_p2p_name(op: str) -> bool:
     return op.split(" ", 1)[0] in ("send", "recv")
 
 
-_SEQUENCE = {list, tuple}
-_PER_ENTRY = 8  # tensors per entry, and dims per tensor, on average, above which the careful path checks
+_PER_ENTRY = 8  # tensors and dtypes per entry on average, above which the careful path reads the dump
+_KEY_BYTES = 1024  # bytes of marshalled kind per entry on average (PyTorch's take about 100)
 
 
-def _plain_nested(column: tuple, depth: int, leaf: type) -> bool:
-    """Whether every value of `column` (one per entry) is lists or tuples nested `depth` deep with
-    `leaf` values at the bottom, holding no more than _PER_ENTRY items per item of the level above.
+def _kind_keys(count: int, *columns: tuple) -> list[bytes] | None:
+    """One bytes key per entry for what makes its kind; None past _KEY_BYTES per entry.
 
-    Values repeated through shared references can make a small file describe astronomically many
-    items, so each level's size is bounded before the next is walked; every walk is a C-level map
-    over an iterator. Only the careful path (which checks each distinct object once) takes values
-    beyond the bound."""
-    try:
-        for level in range(depth):
-            if sum(map(len, _level(column, level))) > _PER_ENTRY ** (level + 1) * len(column) + 64:
-                return False
-    except TypeError:  # something without a length: not a list of lists
-        return False
-    containers = chain.from_iterable(_level(column, level) for level in range(depth))
-    return set(map(type, containers)) <= _SEQUENCE and set(map(type, _level(column, depth))) <= {leaf}
-
-
-def _level(column: tuple, depth: int):
-    """An iterator over the items `depth` levels down (no list is built)."""
-    items = iter(column)
-    for _ in range(depth):
-        items = chain.from_iterable(items)
-    return items
-
-
-def _plain_values(sizes_in, sizes_out, dtypes_in, dtypes_out, groups) -> bool:
-    """Whether the raw values that make an entry's kind are plain enough to marshal: marshal
-    writes a value shared by reference once per reference, so counts and text lengths are
-    bounded before it runs (numbers are checked per distinct kind, after)."""
-    if not (_plain_nested(sizes_in, 2, int) and _plain_nested(sizes_out, 2, int)):
-        return False
-    return all(_plain_nested(texts, 1, str) and sum(map(len, _level(texts, 1))) <= MAX_TEXT * (len(texts) + 1)
-               for texts in (dtypes_in, dtypes_out, groups))
+    marshal (version 4) writes a value shared by reference within one key once, so no key is
+    bigger than the objects it holds; a value shared between entries is written into each of
+    their keys, so the keys are made one at a time against a budget, and a small file that
+    shares one big value among many entries stops the fast path there, not after."""
+    budget = _KEY_BYTES * count + 65536
+    keys = []
+    for key in map(marshal.dumps, zip(*columns), repeat(4)):
+        budget -= len(key)
+        if budget < 0:
+            return None
+        keys.append(key)
+    return keys
 
 
 _FAST_KEYS = ("record_id", "process_group", "collective_seq_id", "p2p_seq_id", "profiling_name",
@@ -134,23 +115,24 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
             and set(map(type, created)) <= _OPTIONAL_INT and set(map(type, started)) <= _OPTIONAL_INT
             and set(map(type, completed)) <= _OPTIONAL_INT and set(map(type, durations)) <= _NUMBER
             and set(map(type, names)) <= {str} and set(map(type, states)) <= {str}
-            and max(map(len, names)) <= MAX_TEXT and max(map(len, states)) <= MAX_TEXT
-            and _plain_values(sizes_in, sizes_out, dtypes_in, dtypes_out, groups)):
+            and max(map(len, names)) <= MAX_TEXT and max(map(len, states)) <= MAX_TEXT):
         return None
     numbers = [int_column(record_ids), int_column(coll_seqs), int_column(p2p_seqs),
                time_column(created), time_column(started), time_column(completed), float_column(durations)]
     if not all(isinstance(column, array) for column in numbers) or inf in numbers[-1] or -inf in numbers[-1]:
         return None  # over 64 bits, or an infinite duration: the careful path drops the field
     try:
-        # one bytes key per entry for what makes its kind, built in C; marshal version 2 writes no
-        # back-references, so equal values give equal bytes
-        keys = list(map(marshal.dumps, zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out), repeat(2)))
-    except ValueError:  # something marshal cannot write: not a dump's plain data
+        keys = _kind_keys(len(raw_entries), groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)
+    except ValueError:  # something marshal cannot write (or nested too deep): not a dump's plain data
+        return None
+    if keys is None:
         return None
     code_of = dict.fromkeys(keys)
-    kinds: dict[Kind, int] = {}  # two keys can make one kind (a list and a tuple, "float" and "Float")
+    # two keys can make one kind: a list and a tuple, "float" and "Float", a value shared or not
+    kinds: dict[Kind, int] = {}
+    room = [_PER_ENTRY * len(raw_entries) + 64]  # tensors and dtypes the distinct kinds may still hold
     for key in code_of:
-        kind = _kind(*marshal.loads(key))
+        kind = _kind(*marshal.loads(key), room)
         if kind is None:
             return None
         code_of[key] = kinds.setdefault(kind, len(kinds))
@@ -165,20 +147,26 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     )
 
 
-def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dtypes_in: Any, dtypes_out: Any) -> Kind | None:
-    """The Kind of one distinct raw value, checked; None when a value is not what a dump holds."""
+def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dtypes_in: Any, dtypes_out: Any,
+          room: list[int]) -> Kind | None:
+    """The Kind of one distinct raw value, checked; None when a value is not what a dump holds,
+    or holds more tensors and dtypes than are left in `room` (taken from it)."""
     if not (isinstance(group, (list, tuple)) and len(group) == 2 and type(group[0]) is str and type(group[1]) is str):
+        return None
+    lists = (sizes_in, sizes_out, dtypes_in, dtypes_out)
+    if not all(isinstance(items, (list, tuple)) for items in lists):
+        return None
+    room[0] -= sum(map(len, lists))
+    if room[0] < 0:
         return None
     shapes = []
     for sizes in (sizes_in, sizes_out):
-        if not isinstance(sizes, (list, tuple)) or not all(
-                isinstance(shape, (list, tuple)) and len(shape) <= MAX_DIMS and all(type(d) is int and -1 <= d <= MAX_INT for d in shape)
-                for shape in sizes):
+        if not all(isinstance(shape, (list, tuple)) and len(shape) <= MAX_DIMS and all(type(d) is int and -1 <= d <= MAX_INT for d in shape)
+                   for shape in sizes):
             return None
         shapes.append(tuple(map(tuple, sizes)))
     texts = [*group, *dtypes_in, *dtypes_out]
-    if not all(isinstance(d, (list, tuple)) for d in (dtypes_in, dtypes_out)) or not all(
-            type(t) is str and len(t) <= MAX_TEXT for t in texts):
+    if not all(type(t) is str and len(t) <= MAX_TEXT for t in texts):
         return None
     backend, op = split_profiling_name(clean_text(name))
     return Kind(clean_text(group[0]), clean_text(group[1]), op, backend, is_p2p or is_p2p_name(op),
