@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import entry, examples, make_dump, ops, scenario_dirs, write_dumps
 from frtrace import runs
@@ -156,6 +157,41 @@ def test_entry_columns_read_back_the_entries_they_were_made_from():
     odd = EntryColumns.from_entries(3, [entries[0]._replace(duration_ms=10**400), entries[1]])
     assert isinstance(odd.duration_ms, tuple)
     assert list(odd) == [odd[0], odd[1]] == odd.at([0, 1]) and odd[1].duration_ms is None
+
+
+@st.composite
+def staggered_windows(draw):
+    """Raw dumps of one program whose ranks hold different stretches of it: buffers that wrapped
+    at different points and ranks that stopped at different ops, the completed ones first; one
+    rank may use another size, dtype or state somewhere."""
+    world = draw(st.integers(3, 5))
+    program = draw(st.lists(st.sampled_from([("all_reduce", 4), ("all_reduce", 8), ("broadcast", 4)]), min_size=4, max_size=14))
+    odd_rank, odd_seq = draw(st.integers(0, world - 1)), draw(st.integers(1, len(program)))
+    odd = draw(st.sampled_from(["none", "size", "dtype", "state"]))
+    dumps = {}
+    for rank in range(world):
+        first = draw(st.integers(1, len(program)))
+        last = draw(st.integers(first, len(program)))
+        done = draw(st.integers(first - 1, last))  # the last completed op
+        entries = []
+        for seq in range(first, last + 1):
+            op, size = program[seq - 1]
+            state = "completed" if seq <= done else "scheduled"
+            dtype = "Float"
+            if rank == odd_rank and seq == odd_seq:
+                size, dtype = (size + 1 if odd == "size" else size), ("Half" if odd == "dtype" else dtype)
+                state = "started" if odd == "state" else state
+            entries.append(entry(seq=seq, op=op, sizes=((size,),), dtype=dtype, state=state, backend="nccl"))
+        dumps[rank] = make_dump(entries, first_record=first - 1)
+    return dumps
+
+
+@given(dumps=staggered_windows())
+@settings(max_examples=examples(60), deadline=None)
+def test_ranks_holding_different_stretches_give_the_same_answer_both_ways(dumps, tmp_path_factory, monkeypatch):
+    # the column path compares each rank's run with the longest one over the seq ids both hold,
+    # and reads an agreed collective's row from the lowest rank holding it
+    _assert_same_both_ways(write_dumps(tmp_path_factory.mktemp("set"), dumps), monkeypatch)
 
 
 def test_a_unit_track_with_a_gap_is_not_taken_for_an_issuer(tmp_path, monkeypatch):

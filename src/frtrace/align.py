@@ -262,8 +262,8 @@ class GroupView:
     def _compare_columns(self) -> None:
         columns = [(r, t) for r, t in self._collective if t.units is None]
         self.reference: Track | None = None
-        self.disputed: set[int] = set()  # seq ids that need the check entry by entry
-        self.other_states: dict[int, set[str]] = {}  # seq id -> states besides the reference's
+        self.disputed: set[int] = set()  # seq ids of the reference's range that need the check entry by entry
+        self.mixed_states: set[int] = set()  # seq ids some issuer of which is in another state than the reference
         if not columns:
             return
         ref = self.reference = max(columns, key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
@@ -271,9 +271,7 @@ class GroupView:
         for _, track in columns:
             if track is ref:
                 continue
-            first, last = track.first_seq, track.last_seq
-            disputed.update(range(first, min(last, ref.first_seq - 1) + 1))  # outside the reference's range
-            disputed.update(range(max(first, ref.last_seq + 1), last + 1))
+            first, last = track.first_seq, track.last_seq  # outside the reference's range nothing is agreed
             lo, hi = max(first, ref.first_seq), min(last, ref.last_seq)
             if lo > hi:
                 continue
@@ -281,9 +279,7 @@ class GroupView:
             if track.kinds[mine] != ref.kinds[theirs]:
                 disputed.update(lo + i for i, (a, b) in enumerate(zip(track.kinds[mine], ref.kinds[theirs])) if a != b)
             if track.states[mine] != ref.states[theirs]:
-                for i, (a, b) in enumerate(zip(track.states[mine], ref.states[theirs])):
-                    if a != b:
-                        self.other_states.setdefault(lo + i, set()).add(self.codes.states[a])
+                self.mixed_states.update(lo + i for i, (a, b) in enumerate(zip(track.states[mine], ref.states[theirs])) if a != b)
         for _, track in self._collective:
             if track.units is not None:
                 disputed.update(track.units)

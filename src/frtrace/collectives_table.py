@@ -103,7 +103,7 @@ class CollectiveColumns:
         run_states = list(map(codes.states.__getitem__, ref.states[at]))
         others = self._other_seqs.get(id(view))
         if others is None:
-            others = self._other_seqs[id(view)] = sorted(view.other_states)
+            others = self._other_seqs[id(view)] = sorted(view.mixed_states)
         for seq in others[bisect_left(others, first):bisect_right(others, last)]:
             run_states[seq - first] = "mixed"  # some issuer is in another state than the reference's
         states.extend(run_states)

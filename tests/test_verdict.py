@@ -1,0 +1,193 @@
+"""The verdict's words and the rules around it, read as a user reads them: headlines, evidence,
+notes, and which findings come first."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import entry, make_dump, ops
+from test_matcher import WORLD4, nccl, run
+
+
+def test_a_clean_headline_counts_the_ranks_the_groups_and_the_collectives_every_member_issued():
+    result = run({r: make_dump(ops(3)) for r in range(4)})
+    assert result.headline == "CLEAN: 4 ranks, 1 group, 3 collectives matched; no desync"
+    assert result.evidence == ("every collective matched on every member that issued it; nobody waits for another rank",)
+    one = run({r: make_dump(ops(1)) for r in range(2)})
+    assert one.headline == "CLEAN: 2 ranks, 1 group, 1 collective matched; no desync"
+
+
+def test_a_clean_headline_names_a_missing_dump_nobody_waits_for():
+    # rank 3 left no dump; ranks 0-2 issued #1-#2 of the world and completed them: both matched on
+    # every member that left a dump, and the missing dump is said
+    result = run({r: nccl(ops(2, backend="nccl", state="completed"), WORLD4) for r in range(3)})
+    assert result.verdict == "clean", result.headline
+    assert result.headline == ("CLEAN: 3 ranks, 1 group, 2 collectives matched; no desync "
+                               "(no dump from rank 3, and nobody waits for it)")
+
+
+@pytest.mark.parametrize("states, stuck_on", [
+    (("completed", "completed", "scheduled"), "ranks 0-3"),  # completion recorded, by "completed"
+    (("started",), "ranks 0-3"),  # or by "started" alone
+])
+def test_a_backend_frtrace_does_not_know_tracks_completion_where_its_states_say_so(states, stuck_on):
+    dumps = {r: make_dump([entry(seq=s, backend="custom", state=state) for s, state in enumerate(states, 1)]) for r in range(4)}
+    result = run(dumps)
+    last = len(states)
+    assert result.verdict == "stuck", result.headline
+    assert result.headline == (f"STUCK: all_reduce #{last} of default_pg was issued by all 4 members but never "
+                               f"completed on {stuck_on}: the hang is below PyTorch (network, NCCL or hardware)")
+    assert result.evidence == (f"completion recorded: every member issued it, {stuck_on} never completed it",)
+    assert set(result.culprit_entries) == {0, 1, 2, 3} and result.culprit_entries[0].collective_seq_id == last
+
+
+def test_a_backend_frtrace_does_not_know_without_completion_states_reads_like_gloo():
+    result = run({r: make_dump([entry(seq=1, backend="custom", state="scheduled")]) for r in range(4)})
+    assert result.verdict == "clean", result.headline
+
+
+def test_every_rank_breaking_its_ops_size_rule_alike_is_inconclusive_not_blamed():
+    # all four members gather 3 x their input: a group of 3 by its sizes, 4 by its members
+    dumps = {r: make_dump([entry(op="all_gather", sizes=((2,),), out=((6,),))]) for r in range(4)}
+    result = run(dumps)
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    detail = ("every rank gathers 6 elements from 2 each of 4 ranks: the group likely has another size than its members "
+              "show (a member left no dump?)")
+    assert result.headline == f"INCONCLUSIVE: size mismatch in all_gather #1 of default_pg: {detail}"
+    assert result.evidence == (f"undecided: {detail}",)
+    (finding,) = result.findings
+    assert finding.kind == "size_mismatch" and not finding.decided and finding.ranks == ()
+
+
+def test_op_names_and_backends_without_rules_are_listed_once_with_the_first_rank_that_used_them():
+    dumps = {0: make_dump([entry(seq=1, op="frobnicate", backend="mybackend")]),
+             1: make_dump([entry(seq=1, op="frobnicate", backend="mybackend"), entry(seq=2, op="", backend="other")])}
+    notes = run(dumps).warnings
+    assert "op names without size rules, compared by name only: '(empty name)' (first on rank 1), 'frobnicate' (first on rank 0)" in notes
+    assert "unknown backends, read like NCCL: 'mybackend' (rank 0), 'other' (rank 1)" in notes
+
+
+def test_point_to_point_ops_are_not_taken_for_unknown_op_names():
+    from test_matcher import p2p
+
+    pair = {"0": ("default_pg", range(2))}
+    result = run({0: nccl([p2p("send", 0, 1, 1)], pair), 1: nccl([p2p("recv", 1, 0, 1)], pair)})
+    assert result.verdict == "clean" and result.warnings == ()
+
+
+# ---------------------------------------------------------------------------- point to point
+def _any_recv(me, seq, state="scheduled"):
+    return entry(op=f"recv {me}<-?", seq=0, p2p_seq=seq, is_p2p=True, state=state, backend="nccl", sizes=((4,),))
+
+
+PAIR, TRIO = {"0": ("default_pg", range(2))}, {"0": ("default_pg", range(3))}
+
+
+@pytest.mark.parametrize("dropped, op, detail", [
+    ("recv", "send 0->1", "rank 0's send 0->1 (p2p #2) has no matching recv on rank 1 (2 unmatched)"),
+    ("send", "recv 1<-0", "rank 1's recv 1<-0 (p2p #2) has no matching send on rank 0 (2 unmatched)"),
+])
+def test_an_unmatched_p2p_op_is_named_by_its_rank_number_and_what_it_lacks(dropped, op, detail):
+    from test_matcher import p2p
+
+    posted = {"send": [p2p("send", 0, 1, 1)], "recv": [p2p("recv", 1, 0, 1)]}
+    side = "send" if dropped == "recv" else "recv"
+    me, peer = (0, 1) if side == "send" else (1, 0)
+    posted[side] += [p2p(side, me, peer, 2, state="scheduled"), p2p(side, me, peer, 3, state="scheduled")]
+    result = run({0: nccl(posted["send"], PAIR), 1: nccl(posted["recv"], PAIR)})
+    (finding,) = result.findings
+    assert (finding.kind, finding.op, finding.p2p_seq_id, finding.ranks, finding.expected_ranks) == ("p2p_unmatched", op, 2, (peer,), (0, 1))
+    assert finding.detail.startswith(detail + " [decided by wait-for graph: ")
+    assert result.culprit_ranks == (peer,) and finding.root_cause
+
+
+def test_receives_from_any_rank_with_several_senders_cannot_say_who_was_dropped():
+    from test_matcher import p2p
+
+    dumps = {0: nccl([p2p("send", 0, 2, 1, state="scheduled")], TRIO), 1: nccl([p2p("send", 1, 2, 1, state="scheduled")], TRIO),
+             2: nccl([_any_recv(2, 1), _any_recv(2, 2)], TRIO)}
+    result = run(dumps)
+    why = "rank 2 posted receive(s) from any rank, and ranks 0, 1 send to it: which send each took cannot be told"
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert result.headline == f"INCONCLUSIVE: p2p unmatched in send 0->2 #1 of default_pg: {why}"
+    assert [(f.kind, f.op, f.p2p_seq_id, f.ranks, f.decided) for f in result.findings] == [
+        ("p2p_unmatched", "send 0->2", 1, (), False), ("p2p_unmatched", "send 1->2", 1, (), False)]
+
+
+def test_a_receive_from_any_rank_that_completed_takes_no_later_send():
+    from test_matcher import p2p
+
+    dumps = {0: nccl([p2p("send", 0, 2, 1), p2p("send", 0, 2, 2, state="scheduled")], TRIO), 1: nccl([], TRIO),
+             2: nccl([_any_recv(2, 1, state="completed")], TRIO)}
+    result = run(dumps)
+    assert result.culprit_ranks == (2,)
+    assert result.findings[0].detail.startswith("rank 0's send 0->2 (p2p #2) has no matching recv on rank 2 (1 unmatched)")
+
+
+# ---------------------------------------------------------------------------- evidence, order
+def _skip_on_rank2(health: dict[int, dict]) -> dict[int, dict]:
+    """Four gloo ranks; rank 2 never issued #3 and went on (its dump ends at #2): the culprit."""
+    dumps = {r: make_dump(ops(2 if r == 2 else 3)) for r in range(4)}
+    for rank, checks in health.items():
+        dumps[rank]["health_check_results"] = checks
+    return dumps
+
+
+@pytest.mark.parametrize("checks, said", [
+    ({"gpu": "fail", "nic": "ok"}, "health check: rank 2's gpu check failed"),
+    ({"gpu0": False, "gpu1": False, "nic0": "error", "nic1": "down", "nvlink": "failed", "disk": True},
+     "health check: rank 2's gpu0, gpu1, nic0, nic1 checks failed"),  # the first four of five
+])
+def test_a_culprits_failed_health_checks_are_evidence(checks, said):
+    result = run(_skip_on_rank2({2: checks, 1: {"gpu": "fail"}}))  # rank 1 is no culprit: its checks are not said
+    assert result.culprit_ranks == (2,)
+    assert result.evidence[-1] == said and not any("rank 1's" in e for e in result.evidence)
+    assert result.findings[0].detail.endswith(f"; {said}]")
+
+
+def test_a_culprit_whose_checks_passed_has_no_health_evidence():
+    result = run(_skip_on_rank2({2: {"gpu": "ok", "nic": True}}))
+    assert result.culprit_ranks == (2,) and not any(e.startswith("health check") for e in result.evidence)
+
+
+def test_who_waits_for_whom_is_kept_for_the_report_and_p2p_ops_have_no_collective_number():
+    skip = run(_skip_on_rank2({}))
+    assert skip.waits == (("all_reduce #3 of default_pg", (0, 1, 3), (2,)),)
+    assert {r: (what, group.ranks, seq) for r, (what, group, seq) in skip.blocked_in.items()} == {
+        r: ("all_reduce #3 of default_pg", (0, 1, 2, 3), 3) for r in (0, 1, 3)}  # rank 2 went on: blocked nowhere
+    from test_matcher import p2p
+
+    sends = [p2p("send", 0, 1, 1), p2p("send", 0, 1, 2, state="scheduled")]
+    pair = run({0: nccl(sends, PAIR), 1: nccl([p2p("recv", 1, 0, 1)], PAIR)})
+    assert pair.waits == (("send 0->1 (p2p #2) of default_pg", (0,), (1,)),)
+    assert {r: (what, seq) for r, (what, _, seq) in pair.blocked_in.items()} == {0: ("send 0->1 (p2p #2) of default_pg", None)}
+
+
+# ---------------------------------------------------------------------------- missing ranks
+def _finding(result) -> tuple:
+    (finding,) = result.findings
+    return finding.kind, finding.collective_seq_id, finding.op, finding.ranks, finding.detail.split(" [decided by ")[0]
+
+
+@pytest.mark.parametrize("backend, after", [
+    ("nccl", ""), ("gloo", " (the dumps do not record completion: this reads them as taken during a hang)")])
+def test_a_rank_that_never_issued_what_the_others_wait_in_is_named_with_its_last_op(backend, after):
+    state = "completed" if backend == "nccl" else "scheduled"
+    dumps = {r: nccl(ops(2, backend=backend, state=state) + ([] if r == 2 else [entry(seq=3, backend=backend, state="scheduled")]), WORLD4)
+             for r in range(4)}
+    assert _finding(run(dumps)) == ("missing_ranks", 3, "all_reduce", (2,),
+                                    f"rank 2 never issued it; ranks 0-1,3 did (rank 2's last op in default_pg is #2){after}")
+
+
+def test_a_rank_without_a_dump_that_the_others_wait_for_is_said_so():
+    dumps = {r: nccl(ops(2, backend="nccl", state="completed") + [entry(seq=3, backend="nccl", state="scheduled")], WORLD4) for r in range(3)}
+    assert _finding(run(dumps)) == ("missing_ranks", 3, "all_reduce", (3,), "rank 3 left no readable dump; ranks 0-2 wait in it")
+
+
+def test_a_collective_some_never_issued_and_nobody_waits_in_is_still_reported_with_its_number_and_op():
+    dumps = {r: nccl(ops(3 if r < 3 else 2, backend="nccl", state="completed", op="broadcast"), WORLD4) for r in range(4)}
+    result = run(dumps)
+    assert _finding(result) == ("missing_ranks", 3, "broadcast", (3,),
+                                "rank 3 never issued it, though ranks 0-2 did and nobody is waiting in it")
+    assert result.headline == ("DESYNC: missing ranks in broadcast of default_pg: rank 3 never issued it, "
+                               "though ranks 0-2 did and nobody is waiting in it")
