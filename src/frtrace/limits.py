@@ -2,8 +2,9 @@
 
 A dump is data from a cluster, possibly damaged, possibly hostile. A few KB of pickle can ask
 for gigabytes (a huge memo index) or, through shared references, describe values whose text or
-hash would take forever. The loader checks values level by level against these caps before it
-hashes, marshals or prints anything, and parses each file under a memory ceiling.
+hash would take forever. The loader checks values against these caps before it hashes or prints
+anything (its fast path marshals them first, within a byte budget per entry), and parses each
+file under a memory ceiling.
 """
 
 from __future__ import annotations
