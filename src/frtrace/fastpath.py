@@ -55,14 +55,15 @@ _PER_ENTRY = 8  # tensors and dtypes per entry on average, above which the caref
 _KEY_BYTES = 1024  # bytes of marshalled kind per entry on average (PyTorch's take about 100)
 
 
-def _kind_keys(count: int, *columns: tuple) -> list[bytes] | None:
-    """One bytes key per entry for what makes its kind; None past _KEY_BYTES per entry.
+def _kind_keys(*columns: tuple) -> list[bytes] | None:
+    """One bytes key per entry (one value per entry in each column) for what makes its kind;
+    None past _KEY_BYTES per entry.
 
     marshal (version 4) writes a value shared by reference within one key once, so no key is
     bigger than the objects it holds; a value shared between entries is written into each of
     their keys, so the keys are made one at a time against a budget, and a small file that
     shares one big value among many entries stops the fast path there, not after."""
-    budget = _KEY_BYTES * count + 65536
+    budget = _KEY_BYTES * len(columns[0]) + 65536
     keys = []
     for key in map(marshal.dumps, zip(*columns), repeat(4)):
         budget -= len(key)
@@ -122,7 +123,7 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     if not all(isinstance(column, array) for column in numbers) or inf in numbers[-1] or -inf in numbers[-1]:
         return None  # over 64 bits, or an infinite duration: the careful path drops the field
     try:
-        keys = _kind_keys(len(raw_entries), groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)
+        keys = _kind_keys(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)
     except ValueError:  # something marshal cannot write (or nested too deep): not a dump's plain data
         return None
     if keys is None:
