@@ -59,6 +59,15 @@ def test_wrapped_buffer_still_shows_a_skip():
     assert result.findings[0].collective_seq_id == 40
 
 
+def test_a_buffer_holding_none_of_the_others_ops_does_not_stop_the_comparison_of_the_rest():
+    # rank 1's wrapped buffer holds only #45-#50; ranks 0, 2, 3 hold #1-#40, rank 2 with odd sizes at #10
+    dumps = {0: make_dump(ops(40)), 1: make_dump(ops(6, start=45), first_record=100), 2: make_dump(ops(40)), 3: make_dump(ops(40))}
+    dumps[2]["entries"][9]["input_sizes"] = dumps[2]["entries"][9]["output_sizes"] = [[5, 5]]
+    result = run(dumps)
+    assert result.culprit_ranks == (2,)
+    assert [(f.kind, f.collective_seq_id, f.ranks) for f in result.findings][:1] == [("size_mismatch", 10, (2,))]
+
+
 def test_first_unit_of_a_wrapped_buffer_may_be_cut_and_is_not_compared():
     # rank 1's first entry is the tail of a coalesced group: it must not read as a type mismatch
     full = [entry(seq=5, op="all_reduce"), entry(seq=5, op="all_reduce"), entry(seq=5, op="coalesced", sizes=())]

@@ -181,3 +181,73 @@ def test_a_collective_some_never_issued_and_nobody_waits_in_is_still_reported_wi
                                 "rank 3 never issued it, though ranks 0-2 did and nobody is waiting in it")
     assert result.headline == ("DESYNC: missing ranks in broadcast of default_pg: rank 3 never issued it, "
                                "though ranks 0-2 did and nobody is waiting in it")
+
+
+# ---------------------------------------------------------------------------- several ranks in one sentence
+def test_ranks_that_ran_ahead_of_an_idle_majority_are_the_culprits_in_plural_words():
+    # ranks 0-1 issued #3, ranks 2-7 stopped after #2 and wait for nobody: 2 ran ahead, not 6 behind
+    result = run({r: make_dump(ops(3 if r < 2 else 2)) for r in range(8)})
+    assert result.culprit_ranks == (0, 1)
+    assert result.headline == ("DESYNC: ranks 0-1 ran ahead: they issued all_reduce #3 of default_pg, which ranks 2-7 never "
+                               "issued, and wait in it; ranks 2-7 wait for nobody")
+    assert result.evidence == ("majority: 6 of 8 members never issued all_reduce #3 of default_pg and wait for nobody; "
+                               "ranks 0-1 issued it alone",)
+    (finding,) = result.findings
+    assert (finding.kind, finding.ranks) == ("extra_op", (0, 1))
+    assert finding.detail.startswith("ranks 0-1 issued it alone; ranks 2-7 never did and wait for nobody "
+                                     "(their last op in default_pg is #2) [decided by majority: ")
+
+
+def test_ranks_behind_a_majority_are_named_in_plural_words():
+    result = run({r: make_dump(ops(3 if r < 6 else 2)) for r in range(8)})
+    assert result.culprit_ranks == (6, 7)
+    assert result.headline == ("DESYNC: ranks 6-7 never joined all_reduce #3 of default_pg (6 ranks wait in it); ranks 6-7 "
+                               "are in no collective: their last op, all_reduce #2 of default_pg, was joined by every member")
+    assert result.evidence == ("majority: 6 of 8 members issued all_reduce #3 of default_pg; ranks 6-7 never did and wait for nobody",)
+
+
+def test_as_many_ranks_ahead_as_behind_is_undecided_in_plural_words():
+    result = run({r: make_dump(ops(3 if r < 2 else 2)) for r in range(4)})
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert result.evidence == ("undecided: ranks 0-1 issued all_reduce #3 of default_pg, ranks 2-3 never did and wait for "
+                               "nobody: as many members ran ahead as stayed behind, and no sibling group shows which is right",)
+
+
+def _nccl_done(n):
+    return ops(n, backend="nccl", state="completed")
+
+
+def test_ranks_that_never_joined_are_described_one_clause_per_situation():
+    # 0-1 wait in #3; 3 completed everything it issued; 4-5 recorded nothing; 6 issued #1-#2 and is
+    # blocked in an op of its pair with 5, which 5 never issued (so 6 waits for 5 and is no culprit)
+    groups = {"0": ("default_pg", range(7)), "1": ("pair", (5, 6))}
+    dumps = {0: _nccl_done(2) + [entry(seq=3, backend="nccl")], 1: _nccl_done(2) + [entry(seq=3, backend="nccl")],
+             2: _nccl_done(3), 3: _nccl_done(2), 4: [], 5: [], 6: _nccl_done(2) + [entry(seq=1, pg="1", desc="pair", backend="nccl")]}
+    dumps[2][-1]["state"] = "scheduled"
+    result = run({r: nccl(raw, groups) for r, raw in dumps.items()})
+    assert result.culprit_ranks == (3, 4, 5)
+    assert result.headline == ("DESYNC: ranks 3-5 never joined all_reduce #3 of default_pg (3 ranks wait in it); rank 3 is in "
+                               "no collective (all its ops completed); ranks 4-5 have an empty buffer (no op in flight, or none recorded)")
+    assert result.evidence[0] == "wait-for graph: ranks 0-2 wait in all_reduce #3 of default_pg for ranks 3-5, who wait for nobody"
+
+
+def test_ranks_whose_buffers_wrapped_past_the_group_may_never_have_joined():
+    # 0-1 wait in #3 of the world; 3 left no dump; the wrapped buffers of 2, 4, 5 and 6 hold only
+    # other groups' ops: whether they issued #3 cannot be read, and the words say so
+    groups = {"0": ("default_pg", range(7)), "1": ("a", (2, 4)), "2": ("b", (4, 5)), "3": ("solo", (6,))}
+    def of(pg, desc, seqs, state="completed", backend="nccl"):
+        return [entry(seq=s, pg=pg, desc=desc, backend=backend, state=state) for s in seqs]
+    raw = {0: _nccl_done(2) + [entry(seq=3, backend="nccl")], 1: _nccl_done(2) + [entry(seq=3, backend="nccl")],
+           2: of("1", "a", (7, 8)), 4: of("1", "a", (7, 8)) + of("2", "b", (9,), state="scheduled"),
+           5: of("2", "b", (8, 9)), 6: of("3", "solo", (4, 5), state="scheduled", backend="gloo")}
+    result = run({r: nccl(entries, groups, first_record=50 if r >= 2 else 0) for r, entries in raw.items()})
+    unseen = "rank 3 left no readable dump; ranks 2,4-6 hold no op of default_pg (the buffer wrapped past it)"
+    assert result.culprit_ranks == (2, 3, 4, 5, 6)
+    assert result.headline == ("DESYNC: ranks 2-6 may never have joined all_reduce #3 of default_pg (2 ranks wait in it); "
+                               "ranks 2,5 are in no collective (all their ops completed); rank 3 left no readable dump; "
+                               "rank 4 is blocked in all_reduce #9 of b, which every member joined; (+1 more situations, see the findings)")
+    assert result.evidence[0] == f"missing dump: {unseen}, and ranks 0-1 wait for them"
+    missing = result.findings[0]
+    assert (missing.kind, missing.ranks) == ("missing_ranks", (2, 3, 4, 5, 6))
+    assert missing.detail.startswith(f"{unseen}; ranks 0-1 wait in it [decided by missing dump: ")
+    assert [(f.kind, f.op, f.collective_seq_id, f.ranks) for f in result.findings[1:]] == [("not_completed", "all_reduce", 9, (4,))]

@@ -227,7 +227,8 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
                 f"for {'them' if len(ranks) > 1 else 'it'} in {blocker.describe()}: "
                 f"{'they are' if len(ranks) > 1 else 'it is'} the prime suspect")
     else:
-        text = f"{subject} never joined {blocker.describe()} ({len(waiting)} {'ranks wait' if len(waiting) != 1 else 'rank waits'} in it)"
+        joined = "may never have joined" if key in graph.weak else "never joined"  # weak: a buffer wrapped past the group
+        text = f"{subject} {joined} {blocker.describe()} ({len(waiting)} {'ranks wait' if len(waiting) != 1 else 'rank waits'} in it)"
     # one clause per situation, so a thousand culprits in the same place read as one
     clauses: dict[str, list[int]] = {}
     for rank in ranks:
@@ -235,7 +236,7 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
         if rank not in dumps:
             clause = "{who} left no readable dump"
         elif own is None:
-            clause = ("{who} {is} in no collective (all its ops completed)" if graph.tracking.get(rank) else
+            clause = ("{who} {is} in no collective (all {its} ops completed)" if graph.tracking.get(rank) else
                       "{who} {has} an empty buffer (no op in flight, or none recorded)")
         elif rank in graph.joined_by_all:
             if graph.tracking.get(rank):

@@ -365,8 +365,8 @@ class WaitGraph:
         blamed = [(r, key) for r in idle]
         if key[0] != "coll" or sorted(idle) != sorted(awaited) or not all(r in self.dumps for r in awaited):
             if any(r not in self.dumps for r in idle):
-                evidence.append(f"missing dump: {ranks_word([r for r in idle if r not in self.dumps])} left no readable "
-                                f"dump, and {ranks_word(self.waiters[key])} {by_number(self.waiters[key], 'waits', 'wait')} for it")
+                evidence.append(f"missing dump: {self._unseen(idle, self.blocker_of_op[key].group)}, and {ranks_word(self.waiters[key])} "
+                                f"{by_number(self.waiters[key], 'waits', 'wait')} for {by_number(idle, 'it', 'them')}")
             else:
                 evidence.append(f"wait-for graph: {ranks_word(self.waiters[key])} {by_number(self.waiters[key], 'waits', 'wait')} in "
                                 f"{self.blocker_of_op[key].describe()} for {ranks_word(idle)}, who {by_number(idle, 'waits', 'wait')} "
@@ -526,9 +526,7 @@ class WaitGraph:
             view = self.views[key[1]]
             waiting = self.waiters[key]
             if key in self.weak:
-                no_dump = [r for r in awaited if r not in self.dumps]
-                why = f"{ranks_word(no_dump)} left no readable dump" if no_dump else f"{ranks_word(awaited)}'s buffer no longer shows this group"
-                detail = f"{why}; {ranks_word(waiting)} wait in it"
+                detail = f"{self._unseen(awaited, view.group)}; {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} in it"
             else:
                 lasts = "; ".join(f"rank {r}'s last op in {view.group.label} is #{view.known_last[r]}" for r in awaited[:4])
                 detail = f"{ranks_word(awaited)} never issued it; {ranks_word(view.issuers(key[2]))} did ({lasts})"
@@ -550,6 +548,16 @@ class WaitGraph:
             findings.append(Finding("missing_ranks", view.group, seq, None, op, missing, view.group.ranks,
                                     f"{ranks_word(missing)} never issued it, though {ranks_word(issuers)} did and nobody is waiting in it"))
         return findings
+
+    def _unseen(self, ranks, group: Group) -> str:
+        """Why ranks may not have issued an op of `group`: no dump, or a buffer that wrapped past the group."""
+        no_dump = [r for r in ranks if r not in self.dumps]
+        wrapped = [r for r in ranks if r in self.dumps]
+        parts = [f"{ranks_word(no_dump)} left no readable dump"] if no_dump else []
+        if wrapped:
+            parts.append(f"{ranks_word(wrapped)} {by_number(wrapped, 'holds', 'hold')} no op of {group.label} "
+                         "(the buffer wrapped past it)")
+        return "; ".join(parts)
 
     def stuck_findings(self) -> list[Finding]:
         findings = []
