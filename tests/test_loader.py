@@ -15,6 +15,7 @@ from conftest import FIXTURES, entry, make_dump, ops, write_dumps
 from frtrace.discover import find_dump_files
 from frtrace.errors import DumpError, UsageError
 from frtrace.loader import load_dumps, normalize, read_dump, read_raw
+from frtrace.safe_read import parse_raw, short_reason
 
 
 def load(directory, **kw):
@@ -608,3 +609,26 @@ def test_a_worker_that_dies_costs_only_the_file_it_was_reading(workers):
     assert lost == [5, 6]  # the files queued behind them went to a new worker
     assert all(results[i] == (f"file{i}", i) for i in range(12) if i not in lost)
     assert all("crashed or ran out of memory" in results[i].reason and results[i].path == f"file{i}" for i in lost)
+
+
+# ---------------------------------------------------------------------------- the words of a refusal
+@pytest.mark.parametrize("data, reason", [
+    (b"", "empty file (the rank may have been killed before it dumped); leave it out or re-dump"),
+    (b"\x80\x02\xff", "not a readable pickle or JSON dump (invalid load key, '\\xff'.); leave it out"),
+    # a global's name is cut at 120 characters
+    (b"\x80\x02c" + b"m" * 200 + b"\nf\n.", f"refused: the pickle asks for {'m' * 120}, and a dump holds only data; do not trust this file"),
+])
+def test_a_refused_file_is_told_in_full_words(data, reason):
+    with pytest.raises(DumpError) as refused:
+        parse_raw(data, "nccl_trace_rank_0")
+    assert refused.value.reason == reason
+
+
+@pytest.mark.parametrize("exc, said", [
+    (ValueError("first line\nsecond line"), "first line"),
+    (ValueError(), "ValueError"),  # no message: its type
+    (ValueError("x" * 300), "x" * 120),
+    (ValueError("bell \x07 and escape \x1b[31m"), "bell \\x07 and escape \\x1b[31m"),
+])
+def test_the_reason_given_for_an_unreadable_file_is_one_short_printable_line(exc, said):
+    assert short_reason(exc) == said

@@ -262,7 +262,10 @@ def test_all_to_all_checks_group_totals():
     assert run(good).verdict == "clean"
     bad = {r: make_dump([entry(op="all_to_all", sizes=((4,),), out=((4,),))]) for r in range(4)}
     bad[1] = make_dump([entry(op="all_to_all", sizes=((5,),), out=((4,),))])
-    assert run(bad).culprit_ranks == (1,)
+    result = run(bad)
+    assert result.culprit_ranks == (1,)
+    assert result.findings[0].detail.startswith("the group sends 17 elements but receives 16; rank 1: sends 5 / receives 4 "
+                                                "elements where ranks 0,2-3 have sends 4 / receives 4 elements [decided by majority")
 
 
 def test_the_majority_counts_the_members_that_issued_the_collective():
@@ -280,6 +283,8 @@ def test_every_issuer_breaking_its_size_rule_its_own_way_is_said_so():
     result = run(dumps)
     assert result.culprit_ranks == (0, 1, 2, 3)
     assert result.evidence == ("own rule: every issuer of all_gather #1 breaks its size rule",)
+    each = "; ".join(f"rank {r} gathers {9 + r} elements from 2 each of 4 ranks" for r in range(4))
+    assert result.headline == f"DESYNC: size mismatch in all_gather #1 of default_pg: {each}"
 
 
 def test_dtype_mismatch_names_the_odd_rank():

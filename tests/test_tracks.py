@@ -44,6 +44,18 @@ def test_a_batched_send_takes_the_state_of_its_batchs_terminator(before):
     assert not any(f.kind == "p2p_unmatched" for f in result.findings)
 
 
+def test_a_rank_past_a_completed_batch_is_blocked_in_its_next_op_not_in_the_batch():
+    # as above, and ranks 2-4 went on to #3 (their #2 completed): they wait for ranks 0-1, each
+    # of which is described by the op it is blocked in, all_reduce #2 (the batched send completed)
+    five = {"0": ("default_pg", range(5))}
+    sent = [_coll(1), p2p("send", 0, 1, 1, state="scheduled"), _batch_end(1, 1), _coll(2, "scheduled")]
+    received = [_coll(1), p2p("recv", 1, 0, 1), _coll(2, "scheduled")]
+    ahead = [_coll(1), _coll(2), _coll(3, "scheduled")]
+    result = run({0: nccl(sent, five), 1: nccl(received, five), 2: nccl(ahead, five), 3: nccl(ahead, five), 4: nccl(ahead, five)})
+    assert result.culprit_ranks == (0, 1)
+    assert result.headline.endswith("; ranks 0-1 are blocked in all_reduce #2 of default_pg, which every member joined")
+
+
 def test_a_send_whose_batch_never_completed_is_still_pending():
     sent = [_coll(1), p2p("send", 0, 1, 1, state="completed"), _batch_end(1, 1, state="scheduled")]
     result = run({0: nccl(sent, PAIR), 1: nccl([_coll(1)], PAIR)})

@@ -56,7 +56,7 @@ def test_every_rank_breaking_its_ops_size_rule_alike_is_inconclusive_not_blamed(
     assert result.headline == f"INCONCLUSIVE: size mismatch in all_gather #1 of default_pg: {detail}"
     assert result.evidence == (f"undecided: {detail}",)
     (finding,) = result.findings
-    assert finding.kind == "size_mismatch" and not finding.decided and finding.ranks == ()
+    assert finding.kind == "size_mismatch" and finding.decided is False and finding.ranks == ()
 
 
 def test_op_names_and_backends_without_rules_are_listed_once_with_the_first_rank_that_used_them():
@@ -251,3 +251,32 @@ def test_ranks_whose_buffers_wrapped_past_the_group_may_never_have_joined():
     assert (missing.kind, missing.ranks) == ("missing_ranks", (2, 3, 4, 5, 6))
     assert missing.detail.startswith(f"{unseen}; ranks 0-1 wait in it [decided by missing dump: ")
     assert [(f.kind, f.op, f.collective_seq_id, f.ranks) for f in result.findings[1:]] == [("not_completed", "all_reduce", 9, (4,))]
+
+
+# ---------------------------------------------------------------------------- who waits, with other ranks around
+QUAD = {"0": ("default_pg", range(4))}
+
+
+def test_a_receive_from_any_rank_that_nobody_sends_to_waits_for_every_other_member():
+    # rank 0 sends to rank 1 (matched); nobody sends to rank 2, which posted a receive from any rank
+    dumps = {0: _nccl_done(1) + [p2p("send", 0, 1, 1)], 1: _nccl_done(1) + [p2p("recv", 1, 0, 1)],
+             2: _nccl_done(1) + [_any_recv(2, 1)], 3: _nccl_done(1)}
+    result = run({r: nccl(raw, QUAD) for r, raw in dumps.items()})
+    assert result.culprit_ranks == (0, 1, 3)
+    assert result.headline == ("DESYNC: ranks 0-1,3 never posted the send matching rank 2's recv 2<-? (p2p #1) of default_pg; "
+                               "ranks 0-1,3 are in no collective (all their ops completed)")
+
+
+@pytest.mark.parametrize("first", ["receive from any rank, matched", "collective every member joined"])
+def test_a_rank_waiting_for_nobody_missing_does_not_hide_the_ranks_after_it(first):
+    # ranks 0-1 are blocked where nobody is missing; rank 2 is blocked in world #2, which ranks 0-1,3 never issued
+    groups = {"0": ("default_pg", range(4)), "1": ("pair", (0, 1))}
+    if first.startswith("receive"):
+        zero, one = [_any_recv(0, 1)], [p2p("send", 1, 0, 1, state="scheduled")]
+    else:
+        zero = one = [entry(seq=1, pg="1", desc="pair", backend="nccl")]
+    dumps = {0: _nccl_done(1) + zero, 1: _nccl_done(1) + one, 2: _nccl_done(1) + [entry(seq=2, backend="nccl")], 3: _nccl_done(1)}
+    result = run({r: nccl(raw, groups) for r, raw in dumps.items()})
+    assert result.culprit_ranks == (2,)
+    assert result.headline == ("DESYNC: rank 2 ran ahead: it issued all_reduce #2 of default_pg, which ranks 0-1,3 never issued, "
+                               "and waits in it; ranks 0-1,3 wait for nobody")
