@@ -280,3 +280,38 @@ def test_a_rank_waiting_for_nobody_missing_does_not_hide_the_ranks_after_it(firs
     assert result.culprit_ranks == (2,)
     assert result.headline == ("DESYNC: rank 2 ran ahead: it issued all_reduce #2 of default_pg, which ranks 0-1,3 never issued, "
                                "and waits in it; ranks 0-1,3 wait for nobody")
+
+
+# ---------------------------------------------------------------------------- mismatches nobody can be blamed for, and odd names
+def test_an_all_to_all_every_member_sized_alike_that_cannot_add_up_blames_nobody():
+    result = run({r: nccl([entry(op="all_to_all", sizes=((4,),), out=((5,),))], WORLD4) for r in range(4)})
+    detail = "every rank sends 4 / receives 5 elements: the group sends 16 but receives 20, and no rank differs from the others"
+    assert result.verdict == "inconclusive" and result.culprit_ranks == ()
+    assert result.headline == f"INCONCLUSIVE: size mismatch in all_to_all #1 of default_pg: {detail}"
+    (finding,) = result.findings
+    assert finding.detail == detail  # an undecided finding is not said to be decided by anything
+
+
+def test_a_size_rule_every_rank_breaks_alike_is_found_in_any_op_of_the_job():
+    # the rule-breaking all_gather is the job's second distinct op (the column path flags ops by their code)
+    result = run({r: make_dump(ops(1) + [entry(seq=2, op="all_gather", sizes=((2,),), out=((6,),))]) for r in range(4)})
+    assert result.verdict == "inconclusive"
+    assert [(f.kind, f.collective_seq_id) for f in result.findings] == [("size_mismatch", 2)]
+
+
+def test_an_op_without_a_name_is_called_unnamed():
+    dumps = {r: make_dump(ops(2)) for r in range(4)}
+    dumps[1]["entries"][1]["profiling_name"] = "gloo:"
+    result = run(dumps)
+    assert result.headline == "DESYNC: rank 1 called unnamed op as #2 of default_pg where ranks 0,2-3 called all_reduce"
+    assert result.findings[0].detail.startswith("rank 1: unnamed op where ranks 0,2-3 have all_reduce [decided by majority")
+
+
+def test_coalesced_groups_that_differ_only_in_their_terminator_are_told_apart_in_the_headline():
+    def grouped(terminator):
+        return [entry(seq=1, op="all_gather", sizes=((2,),), out=((8,),)), entry(seq=1, op=terminator, sizes=())] + ops(1, start=2)
+    dumps = {r: make_dump(grouped("ALLGATHER_coalesced" if r == 1 else "coalesced")) for r in range(4)}
+    result = run(dumps)
+    assert result.culprit_ranks == (1,)
+    assert result.headline == ("DESYNC: type mismatch in coalesced(all_gather) #1 of default_pg: "
+                               "rank 1: all_gather+ALLGATHER_coalesced where ranks 0,2-3 have all_gather+coalesced")

@@ -82,6 +82,10 @@ class Checker:
         if total_in == total_out:
             return None
         keys = {r: (rules.numel(u[0].input_sizes), rules.numel(u[0].output_sizes)) for r, u in units.items()}
+        if len(set(keys.values())) == 1:  # nobody differs: the group's sizes cannot be told apart from its members'
+            sent, received = next(iter(keys.values()))
+            return _Verdict("size_mismatch", (), f"every rank sends {sent} / receives {received} elements: the group sends "
+                                                 f"{total_in} but receives {total_out}, and no rank differs from the others", False)
         return self._vote("size_mismatch", seq, keys, None, lambda k: f"sends {k[0]} / receives {k[1]} elements",
                           prefix=f"the group sends {total_in} elements but receives {total_out}; ")
 
@@ -131,7 +135,7 @@ def _dtype_keys(unit: UnitEntries) -> tuple:
 
 
 def _describe_ops(ops: Hashable) -> str:
-    return "+".join(ops) if isinstance(ops, tuple) else str(ops)
+    return "+".join(op or "unnamed op" for op in ops) if isinstance(ops, tuple) else str(ops)
 
 
 def _describe_sizes(units: dict[int, UnitEntries]) -> Callable[[Hashable], str]:

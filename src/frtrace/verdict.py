@@ -110,7 +110,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
     decided_by = "; ".join(dict.fromkeys(evidence))
     final = tuple(
         Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks,
-                f"{f.detail} [decided by {decided_by}]" if id(f) in root_ids and decided_by else f.detail,
+                f"{f.detail} [decided by {decided_by}]" if id(f) in root_ids and decided_by and f.decided else f.detail,
                 id(f) in root_ids, f.decided)
         for f in findings
     )
@@ -185,7 +185,8 @@ def _mismatch_headline(finding: Finding, checks) -> str:
     where = f"#{finding.collective_seq_id} of {finding.group.label}"
     if finding.kind == "type_mismatch":
         theirs = Counter(unit_label(check.entries[r]) for r in offenders).most_common(1)[0][0]
-        return f"{ranks_word(offenders)} called {theirs} as {where} where {ranks_word(others)} called {finding.op}"
+        if theirs != finding.op:  # else the groups differ in what their labels leave out (a terminator's name): the detail says
+            return f"{ranks_word(offenders)} called {theirs} as {where} where {ranks_word(others)} called {finding.op}"
     if others and offenders:
         describe = _shown_sizes if finding.kind == "size_mismatch" else _shown_dtypes
         mine = Counter(describe(check.entries[r]) for r in offenders).most_common(1)[0][0]
