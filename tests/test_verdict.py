@@ -315,3 +315,22 @@ def test_coalesced_groups_that_differ_only_in_their_terminator_are_told_apart_in
     assert result.culprit_ranks == (1,)
     assert result.headline == ("DESYNC: type mismatch in coalesced(all_gather) #1 of default_pg: "
                                "rank 1: all_gather+ALLGATHER_coalesced where ranks 0,2-3 have all_gather+coalesced")
+
+
+def test_every_op_stuck_below_pytorch_is_a_finding_with_the_states_it_was_left_in():
+    # ranks 0-1: a matched send and recv, neither completed; group a: rank 2 started its
+    # all_reduce, rank 3 scheduled it; group b: rank 4 completed it, rank 5 never did
+    groups = {"0": ("default_pg", range(6)), "1": ("a", (2, 3)), "2": ("b", (4, 5))}
+    def pair(pg, desc, state):
+        return _nccl_done(1) + [entry(seq=1, pg=pg, desc=desc, backend="nccl", state=state)]
+    raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1, state="scheduled")], 1: _nccl_done(1) + [p2p("recv", 1, 0, 1, state="scheduled")],
+           2: pair("1", "a", "started"), 3: pair("1", "a", "scheduled"), 4: pair("2", "b", "completed"), 5: pair("2", "b", "scheduled")}
+    result = run({r: nccl(entries, groups) for r, entries in raw.items()})
+    assert result.verdict == "stuck" and result.culprit_ranks == (2, 3, 5)
+    assert result.headline == ("STUCK: all_reduce #1 of a was issued by all 2 members but never completed on ranks 2-3: the hang is "
+                               "below PyTorch (network, NCCL or hardware) (and 1 more stuck op, see the findings)")
+    assert result.evidence == ("completion recorded: every member issued all_reduce #1 of a, ranks 2-3 never completed it",
+                               "completion recorded: every member issued all_reduce #1 of b, rank 5 never completed it")
+    assert [(f.group.label, f.ranks, f.detail.split(" [decided by ")[0]) for f in result.findings] == [
+        ("a", (2, 3), "issued by all 2 members, not completed on ranks 2-3 (state scheduled, started)"),
+        ("b", (5,), "issued by all 2 members, not completed on rank 5 (state scheduled)")]

@@ -88,10 +88,14 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
             f = stuck[0]
             headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} members "
                         f"but never completed on {ranks_word(f.ranks)}: the hang is below PyTorch (network, NCCL or hardware)")
+            if len(stuck) > 1:
+                headline += f" (and {count_of(len(stuck) - 1, 'more stuck op')}, see the findings)"
             for rank in f.ranks:
                 if blockers.get(rank) is not None:
                     culprit_entries[rank] = blockers[rank].entry
-            evidence = [f"completion recorded: every member issued it, {ranks_word(f.ranks)} never completed it"]
+            evidence = [f"completion recorded: every member issued it, {ranks_word(f.ranks)} never completed it"] if len(stuck) == 1 else [
+                f"completion recorded: every member issued {s.op} #{s.collective_seq_id} of {s.group.label}, "
+                f"{ranks_word(s.ranks)} never completed it" for s in stuck]
         elif not any(d.entries for d in dumps.values()):
             verdict = "inconclusive"
             headline = "the dumps hold no entries (was the Flight Recorder buffer size set?)"
