@@ -108,3 +108,12 @@ def test_more_distinct_states_than_fit_in_a_byte_are_read_all_the_same():
     result = run({r: make_dump(job(r)) for r in range(4)})
     assert result.culprit_ranks == (3,)
     assert (result.findings[0].kind, result.findings[0].collective_seq_id) == ("missing_ranks", 257)
+
+
+def test_a_p2p_op_naming_no_member_before_the_op_a_rank_is_blocked_in_is_passed_over():
+    # rank 0's unreadable send is the only entry of its group pp (no track there), and comes before all_reduce #2
+    groups = {"0": ("default_pg", range(2)), "1": ("pp", (0, 1))}
+    odd = entry(op="send 0->7", pg="1", desc="pp", seq=0, p2p_seq=1, is_p2p=True, backend="nccl", sizes=((4,),))
+    result = run({0: nccl([_coll(1), odd, _coll(2, "scheduled")], groups), 1: nccl([_coll(1), _coll(2, "scheduled")], groups)})
+    _stuck_in_2_on_both(result)
+    assert {r: e.collective_seq_id for r, e in result.culprit_entries.items()} == {0: 2, 1: 2}

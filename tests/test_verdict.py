@@ -193,7 +193,7 @@ def test_ranks_that_ran_ahead_of_an_idle_majority_are_the_culprits_in_plural_wor
     assert result.evidence == ("majority: 6 of 8 members never issued all_reduce #3 of default_pg and wait for nobody; "
                                "ranks 0-1 issued it alone",)
     (finding,) = result.findings
-    assert (finding.kind, finding.ranks) == ("extra_op", (0, 1))
+    assert (finding.kind, finding.op, finding.ranks) == ("extra_op", "all_reduce", (0, 1))
     assert finding.detail.startswith("ranks 0-1 issued it alone; ranks 2-7 never did and wait for nobody "
                                      "(their last op in default_pg is #2) [decided by majority: ")
 
@@ -334,3 +334,15 @@ def test_every_op_stuck_below_pytorch_is_a_finding_with_the_states_it_was_left_i
     assert [(f.group.label, f.ranks, f.detail.split(" [decided by ")[0]) for f in result.findings] == [
         ("a", (2, 3), "issued by all 2 members, not completed on ranks 2-3 (state scheduled, started)"),
         ("b", (5,), "issued by all 2 members, not completed on rank 5 (state scheduled)")]
+
+
+def test_a_rank_whose_buffer_wrapped_past_the_group_is_not_said_to_have_never_issued_the_op():
+    groups = {"0": ("default_pg", range(4)), "1": ("a", (3,))}
+    dumps = {r: nccl(_nccl_done(2) + [entry(seq=3, backend="nccl")], groups) for r in range(3)}
+    dumps[3] = nccl([entry(seq=s, pg="1", desc="a", backend="nccl", state="completed") for s in (7, 8)], groups, first_record=50)
+    result = run(dumps)
+    assert result.culprit_ranks == (3,)
+    assert result.headline == ("DESYNC: rank 3 may never have joined all_reduce #3 of default_pg (3 ranks wait in it); "
+                               "rank 3 is in no collective (all its ops completed)")
+    assert result.evidence == ("majority: 3 of 4 members issued all_reduce #3 of default_pg; rank 3 shows no sign of it and waits for nobody",)
+    assert result.findings[0].detail.startswith("rank 3 holds no op of default_pg (the buffer wrapped past it); ranks 0-2 wait in it [")

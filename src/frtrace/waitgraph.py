@@ -377,8 +377,9 @@ class WaitGraph:
         issuers = sorted(view.issuers(seq))
         described = self.blocker_of_op[key].describe()
         if len(issuers) > len(awaited):
+            did = f"{by_number(awaited, 'shows', 'show')} no sign of it" if key in self.weak else "never did"  # weak: a buffer wrapped past it
             evidence.append(f"majority: {len(issuers)} of {view.size} members issued {described}; "
-                            f"{ranks_word(awaited)} never did and {by_number(awaited, 'waits', 'wait')} for nobody")
+                            f"{ranks_word(awaited)} {did} and {by_number(awaited, 'waits', 'wait')} for nobody")
             return blamed
         if len(issuers) == len(awaited):
             sibling = self._sibling_reached(view, seq)
