@@ -346,3 +346,9 @@ def test_a_rank_whose_buffer_wrapped_past_the_group_is_not_said_to_have_never_is
                                "rank 3 is in no collective (all its ops completed)")
     assert result.evidence == ("majority: 3 of 4 members issued all_reduce #3 of default_pg; rank 3 shows no sign of it and waits for nobody",)
     assert result.findings[0].detail.startswith("rank 3 holds no op of default_pg (the buffer wrapped past it); ranks 0-2 wait in it [")
+
+
+def test_ranks_that_did_not_send_to_a_receive_from_any_rank_are_not_said_to_have_wrapped_buffers():
+    dumps = {0: _nccl_done(1), 1: _nccl_done(1), 2: _nccl_done(1) + [_any_recv(2, 1)]}  # rank 3 left no dump
+    result = run({r: nccl(raw, QUAD) for r, raw in dumps.items()})
+    assert result.evidence == ("missing dump: rank 3 left no readable dump, and rank 2 waits for it",)

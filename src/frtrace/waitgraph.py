@@ -365,8 +365,10 @@ class WaitGraph:
         blamed = [(r, key) for r in idle]
         if key[0] != "coll" or sorted(idle) != sorted(awaited) or not all(r in self.dumps for r in awaited):
             if any(r not in self.dumps for r in idle):
-                evidence.append(f"missing dump: {self._unseen(idle, self.blocker_of_op[key].group)}, and {ranks_word(self.waiters[key])} "
-                                f"{by_number(self.waiters[key], 'waits', 'wait')} for {by_number(idle, 'it', 'them')}")
+                # a collective's awaited ranks with a dump hold no op of its group; a p2p op's simply did not send
+                unseen = idle if key[0] == "coll" else [r for r in idle if r not in self.dumps]
+                evidence.append(f"missing dump: {self._unseen(unseen, self.blocker_of_op[key].group)}, and {ranks_word(self.waiters[key])} "
+                                f"{by_number(self.waiters[key], 'waits', 'wait')} for {by_number(unseen, 'it', 'them')}")
             else:
                 evidence.append(f"wait-for graph: {ranks_word(self.waiters[key])} {by_number(self.waiters[key], 'waits', 'wait')} in "
                                 f"{self.blocker_of_op[key].describe()} for {ranks_word(idle)}, who {by_number(idle, 'waits', 'wait')} "
