@@ -294,3 +294,32 @@ def test_progress_bar_counts_files_on_stderr(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "loading dumps" in err and "/6 [" in err  # counts files
     assert err.rstrip("\r").endswith(" ")  # and clears its line when done, leaving the report clean
+
+
+def _two_stuck_and_seven_notes(tmp_path):
+    """Two ops stuck below PyTorch (two findings), and seven p2p ops naming no member (seven notes)."""
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"},
+              "1": {"name": "1", "desc": "a", "ranks": "[0, 1]"}, "2": {"name": "2", "desc": "b", "ranks": "[2, 3]"}}
+    odd = [entry(op=f"send 0->{9 + i}", seq=0, p2p_seq=i + 1, is_p2p=True, backend="nccl", state="completed") for i in range(7)]
+    def rank(r):
+        pg, desc = ("1", "a") if r < 2 else ("2", "b")
+        return ops(1, backend="nccl", state="completed") + (odd if r == 0 else []) + [entry(seq=1, pg=pg, desc=desc, backend="nccl")]
+    return write_dumps(tmp_path, {r: make_dump(rank(r), pg_config=config) for r in range(4)})
+
+
+@pytest.mark.parametrize("cap, rows, more", [("1", ["a (pg 1)"], "... 1 more finding(s); raise --mismatch-cap to see them"),
+                                             ("0", ["a (pg 1)", "b (pg 2)"], None)])
+def test_mismatch_cap_limits_the_findings_listed_and_says_how_many_are_left_out(tmp_path, capsys, cap, rows, more):
+    assert main(["-d", str(_two_stuck_and_seven_notes(tmp_path)), "--mismatch-cap", cap]) == 1
+    out = capsys.readouterr().out
+    listed = [group for group in ("a (pg 1)", "b (pg 2)") if f"not_completed  {group}" in out]
+    assert listed == rows, out
+    assert (more in out) if more else ("more finding" not in out)
+
+
+@pytest.mark.parametrize("flags, shown", [([], 5), (["-v"], 7)])
+def test_verbose_prints_every_note_instead_of_the_first_five(tmp_path, capsys, flags, shown):
+    main(["-d", str(_two_stuck_and_seven_notes(tmp_path))] + flags)
+    out = capsys.readouterr().out
+    assert sum(f"p2p op 'send 0->{9 + i}'" in out for i in range(7)) == shown
+    assert ("... 2 more; -v shows them all" in out) == (shown == 5)
