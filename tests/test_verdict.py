@@ -307,10 +307,11 @@ def test_an_op_without_a_name_is_called_unnamed():
     assert result.findings[0].detail.startswith("rank 1: unnamed op where ranks 0,2-3 have all_reduce [decided by majority")
 
 
-def test_coalesced_groups_that_differ_only_in_their_terminator_are_told_apart_in_the_headline():
-    def grouped(terminator):
-        return [entry(seq=1, op="all_gather", sizes=((2,),), out=((8,),)), entry(seq=1, op=terminator, sizes=())] + ops(1, start=2)
-    dumps = {r: make_dump(grouped("ALLGATHER_coalesced" if r == 1 else "coalesced")) for r in range(4)}
+@pytest.mark.parametrize("odd_dtype", ["Float", "Half"])  # a dtype of its own does not make it a dtype mismatch
+def test_coalesced_groups_that_differ_only_in_their_terminator_are_told_apart_in_the_headline(odd_dtype):
+    def grouped(terminator, dtype="Float"):
+        return [entry(seq=1, op="all_gather", sizes=((2,),), out=((8,),), dtype=dtype), entry(seq=1, op=terminator, sizes=())] + ops(1, start=2)
+    dumps = {r: make_dump(grouped("ALLGATHER_coalesced", odd_dtype) if r == 1 else grouped("coalesced")) for r in range(4)}
     result = run(dumps)
     assert result.culprit_ranks == (1,)
     assert result.headline == ("DESYNC: type mismatch in coalesced(all_gather) #1 of default_pg: "

@@ -191,7 +191,7 @@ def _mismatch_headline(finding: Finding, checks) -> str:
         theirs = Counter(unit_label(check.entries[r]) for r in offenders).most_common(1)[0][0]
         if theirs != finding.op:  # else the groups differ in what their labels leave out (a terminator's name): the detail says
             return f"{ranks_word(offenders)} called {theirs} as {where} where {ranks_word(others)} called {finding.op}"
-    if others and offenders:
+    elif others and offenders:
         describe = _shown_sizes if finding.kind == "size_mismatch" else _shown_dtypes
         mine = Counter(describe(check.entries[r]) for r in offenders).most_common(1)[0][0]
         theirs = Counter(describe(check.entries[r]) for r in others).most_common(1)[0][0]
