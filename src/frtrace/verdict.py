@@ -221,7 +221,7 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
     subject = ranks_word(ranks)
     if key in graph.ran_ahead:
         idle = graph.waits_on[key]
-        return (f"{subject} ran ahead: {'it' if len(ranks) == 1 else 'they'} issued {blocker.describe()}, which "
+        return (f"{subject} ran ahead: {by_number(ranks, 'it', 'they')} issued {blocker.describe()}, which "
                 f"{ranks_word(idle)} never issued, and {by_number(ranks, 'waits', 'wait')} in it; "
                 f"{ranks_word(idle)} {by_number(idle, 'waits', 'wait')} for nobody")
     if key[0] == "p2p":
@@ -229,11 +229,11 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
         text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"
     elif all(r not in dumps for r in ranks):
         return (f"{subject} left no readable dump and {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} "
-                f"for {'them' if len(ranks) > 1 else 'it'} in {blocker.describe()}: "
-                f"{'they are' if len(ranks) > 1 else 'it is'} the prime suspect")
+                f"for {by_number(ranks, 'it', 'them')} in {blocker.describe()}: "
+                f"{by_number(ranks, 'it is', 'they are')} the prime suspect")
     else:
         joined = "may never have joined" if key in graph.weak else "never joined"  # weak: a buffer wrapped past the group
-        text = f"{subject} {joined} {blocker.describe()} ({len(waiting)} {'ranks wait' if len(waiting) != 1 else 'rank waits'} in it)"
+        text = f"{subject} {joined} {blocker.describe()} ({len(waiting)} {by_number(waiting, 'rank waits', 'ranks wait')} in it)"
     # one clause per situation, so a thousand culprits in the same place read as one
     clauses: dict[str, list[int]] = {}
     for rank in ranks:
