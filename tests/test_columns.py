@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from conftest import entry, examples, make_dump, ops, scenario_dirs, write_dumps
 from frtrace import runs
+from frtrace.align import GroupView, Track
 from frtrace.builder import build_database
 from frtrace.discover import find_dump_files
 from frtrace.groups import resolve_groups
@@ -46,6 +47,7 @@ def _assert_same_both_ways(directory: Path, monkeypatch) -> tuple:
     fast, fast_db, fast_stats = _analysis_and_db(directory)
     with monkeypatch.context() as patch:
         patch.setattr(runs, "_first_seq", lambda *args: None)  # no run is a column track
+        patch.setattr(GroupView, "alike", lambda self, seq: False)  # every unit checked entry by entry
         slow, slow_db, slow_stats = _analysis_and_db(directory)
     assert _summary(fast) == _summary(slow)
     assert fast_stats == slow_stats  # agreed collectives' stats read from columns, the others entry by entry
@@ -207,6 +209,45 @@ def test_a_unit_track_with_a_gap_is_not_taken_for_an_issuer(tmp_path, monkeypatc
     _, db, _ = _analysis_and_db(tmp_path)
     row = next(c for c in db.collectives if c.collective_seq_id == 3)
     assert row.collective_name == "gloo:all_reduce" and row.record_id == 2  # rank 1's third record
+
+
+def _coalesced(seq: int, size: int, odd: int = 1, out_only: bool = False) -> list[dict]:
+    """A coalesced group of two all_gathers of a `size`-rank group, as #seq; `odd` scales the
+    second one's output (`out_only`) or both its sizes (a shape of its own, within the size rule)."""
+    return [entry(seq=seq, op="all_gather", sizes=((4,),), out=((4 * size,),), state="completed"),
+            entry(seq=seq, op="all_gather", sizes=((2 * (1 if out_only else odd),),), out=((2 * size * odd,),), state="completed"),
+            entry(seq=seq, op="coalesced", sizes=(), state="completed")]
+
+
+@pytest.mark.parametrize("odd_rank", [None, 0, 2], ids=["alike", "lowest-differs", "one-differs"])
+def test_coalesced_groups_every_rank_holds_alike_are_read_without_building_their_entries(odd_rank, tmp_path, monkeypatch):
+    # ranks holding the same kinds in a coalesced group need no check entry by entry (GroupView.alike);
+    # one rank's odd size must still be found, and its row read from the majority
+    dumps = {r: make_dump(_coalesced(1, 4) + _coalesced(2, 4, odd=2 if r == odd_rank else 1) + _coalesced(3, 4))
+             for r in range(4)}
+    fast, _ = _assert_same_both_ways(write_dumps(tmp_path, dumps), monkeypatch)
+    if odd_rank is None:
+        assert fast.verdict == "clean", fast.headline
+    else:
+        assert fast.findings[0].kind == "size_mismatch" and fast.findings[0].ranks == (odd_rank,), fast.findings
+    built = []
+    unit = Track.unit
+    monkeypatch.setattr(Track, "unit", lambda self, seq: built.append(seq) or unit(self, seq))
+    loaded = load_dumps(find_dump_files(str(tmp_path), None), workers=1)
+    table = resolve_groups(loaded.dumps, loaded.ranks_named, None)
+    build_database(analyze(loaded.dumps, table), loaded.dumps, table)
+    # #1 and #3: the lowest issuer's unit only, for the database's row (the slow way: every rank's,
+    # for the check, and again for the row)
+    assert (built.count(1), built.count(3)) == (1, 1)
+
+
+def test_a_coalesced_group_every_rank_sizes_for_another_group_size_is_still_checked(tmp_path, monkeypatch):
+    # every rank's second all_gather gathers from 8 ranks in a group of 4: alike, yet each breaks
+    # the size rule by itself, so the check entry by entry must say so (the group's size is in doubt)
+    dumps = {r: make_dump(_coalesced(1, 4) + _coalesced(2, 4, odd=2, out_only=True)) for r in range(4)}
+    fast, _ = _assert_same_both_ways(write_dumps(tmp_path, dumps), monkeypatch)
+    assert [(f.kind, f.collective_seq_id, f.ranks) for f in fast.findings] == [("size_mismatch", 2, ())]
+    assert "the group likely has another size" in fast.findings[0].detail
 
 
 @pytest.mark.parametrize("stacks", [3, 200, 300], ids=["one-byte", "two-byte", "past-255-tracebacks"])

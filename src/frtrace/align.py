@@ -80,7 +80,8 @@ class Track:
 
     The common case, one entry per collective with consecutive seq ids, is kept by column:
     `positions` (buffer indices), `kinds` and `states`, one per seq id from first_seq. Anything
-    else (coalesced groups, p2p batches, gaps) keeps its units in `units`."""
+    else (coalesced groups, p2p batches, gaps) keeps per seq id its unit's buffer indices in
+    `units` and its entries' global kind codes in `unit_kinds`; its entries are built when read."""
 
     p2p: list[P2POp] = field(default_factory=list)
     first_seq: int | None = None
@@ -89,14 +90,33 @@ class Track:
     positions: Sequence[int] = ()
     kinds: Sequence[int] = ()  # global kind codes (Codes.kinds), one per seq id
     states: Sequence[int] = ()  # global state codes (Codes.states)
-    units: dict[int, UnitEntries] | None = None
+    units: dict[int, tuple[int, ...]] | None = None  # seq id -> its unit's buffer indices
+    unit_kinds: dict[int, tuple[int, ...]] | None = None  # seq id -> its unit's global kind codes
 
     def unit(self, seq: int) -> UnitEntries | None:
         if self.units is not None:
-            return self.units.get(seq)
+            positions = self.units.get(seq)
+            return None if positions is None else tuple(map(self.entries.__getitem__, positions))
         if self.first_seq is None or not self.first_seq <= seq <= self.last_seq:
             return None
         return (self.entries[self.positions[seq - self.first_seq]],)
+
+    def kinds_at(self, seq: int) -> tuple[int, ...] | None:
+        """The global kind codes of #seq's unit, without building its entries."""
+        if self.units is not None:
+            return self.unit_kinds.get(seq)
+        if self.first_seq is None or not self.first_seq <= seq <= self.last_seq:
+            return None
+        return (self.kinds[seq - self.first_seq],)
+
+    def end_state(self, seq: int, codes: "Codes") -> str | None:
+        """The state of #seq's unit (its last entry's: a coalesced group's terminator carries it)."""
+        if self.units is not None:
+            positions = self.units.get(seq)
+            return None if positions is None else self.entries.states[self.entries.state[positions[-1]]]
+        if self.first_seq is None or not self.first_seq <= seq <= self.last_seq:
+            return None
+        return codes.states[self.states[seq - self.first_seq]]
 
 
 _KNOWN_BACKENDS = _TRACKING_BACKENDS | {"gloo", "c10d", ""}
@@ -142,6 +162,10 @@ class Codes:
         # kinds than all dumps), and all tracks compare as bytes; else all as arrays
         self._narrow = (len(self.kinds) <= 256, len(self.states) <= 256)
 
+    def kind_map(self, rank: int) -> list[int]:
+        """The rank's local kind codes -> global ones."""
+        return self._kind_maps[rank]
+
     def kinds_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
         return recode(local, self._kind_maps[rank], self._narrow[0])
 
@@ -168,56 +192,76 @@ def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Grou
             track = Track(first_seq=run.first_seq, last_seq=run.first_seq + len(run.positions) - 1, entries=columns,
                           positions=run.positions, kinds=codes.kinds_of(rank, run.kinds), states=codes.states_of(rank, run.states))
         else:
-            track = _unit_track(rank, group, columns.at(run.positions), member, notes)
+            track = _unit_track(rank, group, columns, run.positions, member, notes, codes.kind_map(rank))
         if track is not None:
             tracks[group] = track
     return tracks, notes
 
 
-def _unit_track(rank: int, group: Group, entries: list[Entry], member: bool, notes: list[str]) -> Track | None:
-    """The track of a group's entries one by one: coalesced groups joined into units, p2p ops
-    parsed, a p2p batch's terminator giving the batch its state."""
+def _unit_track(rank: int, group: Group, columns: EntryColumns, positions: Sequence[int], member: bool,
+                notes: list[str], kind_map: list[int]) -> Track | None:
+    """The track of a group's entries one by one, read from the columns: coalesced groups joined
+    into units, p2p ops parsed (once per kind), a p2p batch's terminator giving the batch its
+    state. Only the p2p ops' entries are built here."""
     terminators = rules.COALESCED_TERMINATORS
-    by_seq: dict[int, list[Entry]] = {}
-    p2p: list[tuple[Entry, str, int, int]] = []
+    kinds = columns.kinds
+    by_seq: dict[int, list[int]] = {}
+    p2p: list[tuple[int, str, int, int]] = []  # (buffer index, send or recv, src, dst)
+    parsed_of: dict[int, tuple[str, int, int] | None] = {}  # kind code -> what its name says
     batch_state: dict[int, str] = {}
     last_coll: int | None = None
     prev_was_p2p = False
-    for entry in entries:
-        if entry.is_p2p:
-            parsed = _P2P_NAME.match(entry.op)
-            src = dst = None
-            if parsed:
-                kind, a, arrow, b = parsed.group(1), int(parsed.group(2)), parsed.group(3), int(parsed.group(4))
-                local_src, local_dst = (a, b) if arrow == "->" else (b, a)
-                src, dst = group.global_rank(local_src), group.global_rank(local_dst)
-            elif (any_source := _RECV_ANY.match(entry.op)) is not None:  # "recv 3<-?": from whoever sends
-                kind, src, dst = "recv", ANY_SOURCE, group.global_rank(int(any_source.group(1)))
-            if src is None or dst is None:
-                notes.append(f"rank {rank}: p2p op {entry.op!r} in {group.label} names no rank of the group; not matched")
+    for position in positions:
+        code = columns.kind[position]
+        kind = kinds[code]
+        if kind.is_p2p:
+            if code not in parsed_of:
+                parsed_of[code] = _p2p_ends(kind.op, group)
+            parsed = parsed_of[code]
+            if parsed is None:
+                notes.append(f"rank {rank}: p2p op {kind.op!r} in {group.label} names no rank of the group; not matched")
             else:
-                p2p.append((entry, kind, src, dst))
+                p2p.append((position, *parsed))
             prev_was_p2p = True
             continue
-        seq = entry.collective_seq_id
-        if entry.op in terminators and prev_was_p2p and seq == (seq if last_coll is None else last_coll):
+        seq = columns.collective_seq_id[position]
+        if kind.op in terminators and prev_was_p2p and seq == (seq if last_coll is None else last_coll):
             # ends a batch of p2p ops: its collective seq id was not bumped
-            batch_state[entry.p2p_seq_id] = entry.state
+            batch_state[columns.p2p_seq_id[position]] = columns.states[columns.state[position]]
             prev_was_p2p = False
             continue
-        by_seq.setdefault(seq, []).append(entry)
+        by_seq.setdefault(seq, []).append(position)
         last_coll = seq
         prev_was_p2p = False
 
     if not (member and by_seq) and not p2p:
         return None
-    track = Track(units={})
+    track = Track(entries=columns, units={}, unit_kinds={})
     if member and by_seq:
         track.first_seq = next(iter(by_seq))
         track.last_seq = max(by_seq)
+        code_of = kind_map.__getitem__
         track.units = {seq: tuple(unit) for seq, unit in by_seq.items()}
-    track.p2p = [P2POp(e, kind, src, dst, batch_state.get(e.p2p_seq_id, e.state)) for e, kind, src, dst in p2p]
+        track.unit_kinds = {seq: tuple(map(code_of, map(columns.kind.__getitem__, unit))) for seq, unit in by_seq.items()}
+    p2p_entries = columns.at([position for position, *_ in p2p])
+    track.p2p = [P2POp(e, kind, src, dst, batch_state.get(e.p2p_seq_id, e.state))
+                 for e, (_, kind, src, dst) in zip(p2p_entries, p2p)]
     return track
+
+
+def _p2p_ends(op: str, group: Group) -> tuple[str, int, int] | None:
+    """("send" or "recv", global src, global dst) of a p2p op's name; None when it names no
+    rank of the group."""
+    parsed = _P2P_NAME.match(op)
+    if parsed:
+        kind, a, arrow, b = parsed.group(1), int(parsed.group(2)), parsed.group(3), int(parsed.group(4))
+        local_src, local_dst = (a, b) if arrow == "->" else (b, a)
+        src, dst = group.global_rank(local_src), group.global_rank(local_dst)
+    elif (any_source := _RECV_ANY.match(op)) is not None:  # "recv 3<-?": from whoever sends
+        kind, src, dst = "recv", ANY_SOURCE, group.global_rank(int(any_source.group(1)))
+    else:
+        return None
+    return None if src is None or dst is None else (kind, src, dst)
 
 
 class GroupView:
@@ -257,6 +301,7 @@ class GroupView:
         self._lasts = sorted((last, rank) for rank, last in self.known_last.items())
         self._last_values = [last for last, _ in self._lasts]
         self._collective = [(r, t) for r, t in tracks.items() if t.first_seq is not None]
+        self._fine_codes: dict[int, bool] = {}
         self._compare_columns()
 
     def _compare_columns(self) -> None:
@@ -327,6 +372,42 @@ class GroupView:
             rank, track = same[0]
             yield rank, track, seq, seq + len(same) - 1
             seq += len(same)
+
+    def alike(self, seq: int) -> bool:
+        """Every issuer of #seq holds the same kinds in the same order, none of them breaking a
+        size rule by itself (nor an all_to_all, whose sizes add up across the group): what
+        `agreed` says of a single entry, said of units of several (coalesced groups) from their
+        kind codes, so that no entry is built. False where the check entry by entry must look."""
+        found = None
+        for _, track in self._collective:
+            kinds = track.kinds_at(seq)
+            if kinds is None:
+                continue
+            if found is None:
+                found = kinds
+            elif kinds != found:
+                return False
+        return found is not None and all(map(self._fine, found))
+
+    def _fine(self, code: int) -> bool:
+        fine = self._fine_codes.get(code)
+        if fine is None:
+            kind = self.codes.kinds[code]
+            fine = self._fine_codes[code] = (rules.own_size_problem(kind, self.size) is None
+                                              and not rules.is_all_to_all(kind.op))
+        return fine
+
+    def lowest_issuer(self, seq: int) -> tuple[int, UnitEntries] | None:
+        """The lowest-ranked issuer of #seq and its unit; None if nobody issued it."""
+        for rank, track in self._collective:
+            unit = track.unit(seq)
+            if unit is not None:
+                return rank, unit
+        return None
+
+    def end_states(self, seq: int) -> set[str]:
+        """The states #seq's issuers hold it in (a unit's state is its last entry's)."""
+        return {state for _, track in self._collective if (state := track.end_state(seq, self.codes)) is not None}
 
     def unit(self, seq: int, rank: int) -> UnitEntries | None:
         track = self.tracks.get(rank)

@@ -119,20 +119,24 @@ class CollectiveColumns:
         return self._by_code
 
     def _add_one(self, check: CollectiveCheck) -> None:
-        entries = check.entries
-        if not entries:
-            return
-        if check.mismatch is None:  # every issuer agreed: any of them is the reference
-            reference_rank = next(iter(entries))
-            differing = ()
+        if check.mismatch is None:  # every issuer agreed: the lowest is the reference, nobody else's entries are read
+            lowest = check.source.lowest_issuer(check.collective_seq_id) if check.source is not None else None
+            if lowest is None:
+                return
+            reference_rank, unit = lowest
+            states = check.source.end_states(check.collective_seq_id)
+            entries, differing = {}, ()
         else:
+            entries = check.entries
+            if not entries:
+                return
             signature_of = {r: tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes) for e in unit)
                             for r, unit in entries.items()}
             reference = Counter(signature_of.values()).most_common(1)[0][0]
             reference_rank = min(r for r, sig in signature_of.items() if sig == reference)
             differing = [r for r, sig in signature_of.items() if sig != reference]
-        unit = entries[reference_rank]
-        states = {u[-1].state for u in entries.values()}
+            unit = entries[reference_rank]
+            states = {u[-1].state for u in entries.values()}
         head = unit[0]
         shown = self._shown_of(self._name(unit), head.input_sizes, head.output_sizes)
         seq = check.collective_seq_id

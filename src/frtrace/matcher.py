@@ -67,6 +67,9 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
             if view.agreed(seq):  # every issuer holds the same kind: nothing to compare
                 checks.append(CollectiveCheck(group, seq, missing, None, view, agreed=True))
                 continue
+            if view.alike(seq):  # a coalesced group every issuer holds alike: likewise
+                checks.append(CollectiveCheck(group, seq, missing, None, view))
+                continue
             units = view.issuers(seq)
             verdict = checker.check(seq, units)
             checks.append(CollectiveCheck(group, seq, missing, verdict.kind if verdict else None, view))
