@@ -61,13 +61,18 @@ def signature(unit: UnitEntries) -> tuple:
     return tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes) for e in unit)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class P2POp:
-    entry: Entry
+    entries: EntryColumns  # its rank's; the op's entry is built when read (a job holds many p2p ops)
+    index: int  # its buffer index
     kind: str  # "send" or "recv"
     src: int  # global ranks
     dst: int
     state: str  # a batched op takes its batch terminator's state
+
+    @property
+    def entry(self) -> Entry:
+        return self.entries[self.index]
 
     @property
     def peer(self) -> int:
@@ -243,9 +248,9 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, positions: Seque
         code_of = kind_map.__getitem__
         track.units = {seq: tuple(unit) for seq, unit in by_seq.items()}
         track.unit_kinds = {seq: tuple(map(code_of, map(columns.kind.__getitem__, unit))) for seq, unit in by_seq.items()}
-    p2p_entries = columns.at([position for position, *_ in p2p])
-    track.p2p = [P2POp(e, kind, src, dst, batch_state.get(e.p2p_seq_id, e.state))
-                 for e, (_, kind, src, dst) in zip(p2p_entries, p2p)]
+    track.p2p = [P2POp(columns, position, kind, src, dst,
+                       batch_state.get(columns.p2p_seq_id[position], columns.states[columns.state[position]]))
+                 for position, kind, src, dst in p2p]
     return track
 
 

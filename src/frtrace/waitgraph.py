@@ -88,7 +88,7 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
             return None
         track = tracks.get(group.key)
         if entry.is_p2p:
-            op = next((o for o in (track.p2p if track else []) if o.entry.index == entry.index), None)
+            op = next((o for o in (track.p2p if track else []) if o.index == entry.index), None)
             return Blocker(dump.rank, group, None, entry, op) if op else None
         unit = views[group.key].unit(entry.collective_seq_id, dump.rank)
         if unit is None:  # a p2p batch terminator
