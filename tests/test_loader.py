@@ -16,6 +16,7 @@ from frtrace.discover import find_dump_files
 from frtrace.errors import DumpError, UsageError
 from frtrace.loader import load_dumps, normalize, read_dump, read_raw
 from frtrace.safe_read import parse_raw, short_reason
+from frtrace.types import Frame
 
 
 def load(directory, **kw):
@@ -513,6 +514,46 @@ def test_a_value_shared_within_one_entry_is_marshalled_once():
     entries[1]["input_sizes"] = level
     columns, peak = _fast_peak(entries)
     assert columns is None and peak < 4 << 20, peak
+
+
+def test_a_frame_shared_by_every_entry_is_marshalled_within_a_budget():
+    # each entry its own list of frames, each list holding the one big frame: marshalled into
+    # every entry's stack key, 800 MB in all, were the keys not made against a budget
+    big = {"name": "B" * 400_000, "filename": "train.py", "line": 1}
+    entries = make_dump([entry(seq=s, frames=[big]) for s in range(1, 2001)])["entries"]
+    columns, peak = _fast_peak(entries)
+    assert columns is None and peak < 40 << 20, peak
+    careful = normalize(make_dump(entries[:3]), 0, "nccl_trace_rank_0", "pickle")
+    assert careful.stacks[0][0].filename == "train.py" and careful.stacks[0][0].name.endswith("...")
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-lists", "shared-lists"])
+def test_stacks_are_read_by_their_frames_whether_entries_share_their_lists_or_not(shared):
+    from frtrace import fastpath
+
+    def frames(line):
+        return [{"name": "step", "filename": "train.py", "line": line}, {"name": "main", "filename": "run.py", "line": 7}]
+
+    lists = {line: frames(line) for line in (10, 20)}
+    lines = [10, 20, 10, 10, 20, 30]
+    entries = [entry(seq=s, frames=(lists.get(ln) or frames(ln)) if shared else frames(ln)) for s, ln in enumerate(lines, 1)]
+    entries.insert(3, entry(seq=99, frames=[]))  # no frames
+    stacks: dict = {}
+    columns = fastpath.fast_columns(make_dump(entries)["entries"], 0, stacks)
+    assert [list(stacks)[i][0].line if i >= 0 else None for i in columns.stack_id] == [10, 20, 10, None, 10, 20, 30]
+    assert list(stacks)[0][1] == Frame("main", "run.py", 7) and len(stacks) == 3
+
+
+@pytest.mark.parametrize("frame", [["step", "train.py", 3], {"name": "step", "filename": "train.py"},
+                                   {"name": "step", "filename": "train.py", "line": True},
+                                   {"name": "step", "filename": b"train.py", "line": 3}],
+                         ids=["a-list", "no-line", "a-bool-line", "bytes-filename"])
+def test_a_frame_that_is_not_a_plain_dict_of_its_fields_goes_to_the_careful_path(frame):
+    from frtrace import fastpath
+
+    good = {"name": "step", "filename": "train.py", "line": 3}
+    entries = make_dump([entry(seq=1, frames=[good]), entry(seq=2, frames=[good, frame])])["entries"]
+    assert fastpath.fast_columns(entries, 0, {}) is None
 
 
 def test_entries_with_more_tensors_than_a_dump_holds_go_to_the_careful_path():

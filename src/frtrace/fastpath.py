@@ -12,7 +12,8 @@ import marshal
 import sys
 from math import inf
 from array import array
-from itertools import chain, islice, repeat
+from collections.abc import Iterable
+from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
@@ -53,19 +54,26 @@ def is_p2p_name(op: str) -> bool:
 
 _PER_ENTRY = 8  # tensors and dtypes per entry on average, above which the careful path reads the dump
 _KEY_BYTES = 1024  # bytes of marshalled kind per entry on average (PyTorch's take about 100)
+_STACK_BYTES = 16384  # bytes of marshalled frames per entry on average (PyTorch's take about 100 a frame)
 
 
 def _kind_keys(*columns: tuple) -> list[bytes] | None:
     """One bytes key per entry (one value per entry in each column) for what makes its kind;
-    None past _KEY_BYTES per entry.
+    None past _KEY_BYTES per entry."""
+    return _keys(zip(*columns), _KEY_BYTES * len(columns[0]))
+
+
+def _keys(values: Iterable, budget: int) -> list[bytes] | None:
+    """Each value marshalled into a bytes key; None once the keys take more than `budget` bytes
+    (and 64 KiB).
 
     marshal (version 4) writes a value shared by reference within one key once, so no key is
-    bigger than the objects it holds; a value shared between entries is written into each of
-    their keys, so the keys are made one at a time against a budget, and a small file that
-    shares one big value among many entries stops the fast path there, not after."""
-    budget = _KEY_BYTES * len(columns[0]) + 65536
+    bigger than the objects it holds; a value shared between keys is written into each of them,
+    so the keys are made one at a time against the budget, and a small file that shares one big
+    value among many entries stops the fast path there, not after."""
+    budget += 65536
     keys = []
-    for key in map(marshal.dumps, zip(*columns), repeat(4)):
+    for key in map(marshal.dumps, values, repeat(4)):
         budget -= len(key)
         if budget < 0:
             return None
@@ -80,7 +88,6 @@ _fetch = itemgetter(*_FAST_KEYS)
 _fetch_all = itemgetter(*_FAST_KEYS, *_FAST_OPTIONAL)
 _INT = {int}
 _LIST = {list}
-_STR_OR_INT = {str, int}
 _NO_FRAMES: list = []
 _OPTIONAL_INT = {int, type(None)}
 _NUMBER = {int, float, type(None)}
@@ -180,29 +187,43 @@ def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array |
     a frame is not a plain dict of name, filename and line.
 
     PyTorch writes every entry its own list of frame dicts, a pickle may share one list between
-    entries: both are read by C-level maps over the distinct lists, their frames' fields checked to
-    be text and numbers before anything is hashed (a deeply nested value would crash the hash), and
-    cut back into one key per list; a Python step runs once per distinct stack."""
+    entries: each distinct list is marshalled into a bytes key (in C; no raw value is hashed, so a
+    deeply nested one cannot crash the hash), and a Python step runs once per distinct key, which
+    checks its frames and makes its stack."""
     if not set(map(type, filter(None, frames))) <= _LIST:
         return None
     lists = [frame_list or _NO_FRAMES for frame_list in frames]
     by_id = dict(zip(map(id, lists), lists))
-    lengths = list(map(len, by_id.values()))
-    if max(lengths) > MAX_FRAMES:
+    if max(map(len, by_id.values())) > MAX_FRAMES:
         return None
-    try:  # a dump's objects are data only (the unpickler's rule): anything but a dict raises TypeError
-        fields = list(map(_frame_fields, chain.from_iterable(by_id.values())))
-    except (KeyError, TypeError):
+    try:
+        keys = _keys(by_id.values(), _STACK_BYTES * len(lists))
+    except ValueError:  # something marshal cannot write (or nested too deep): not a dump's plain data
         return None
-    if not set(map(type, chain.from_iterable(fields))) <= _STR_OR_INT:  # then hashing is safe
+    if keys is None:
         return None
-    rest = iter(fields)
-    keys = list(map(tuple, map(islice, repeat(rest), lengths)))
     code_of = dict.fromkeys(keys)
     for key in code_of:  # a few distinct stacks: each checked once
-        if not all(type(name) is str and type(filename) is str and type(line) is int and len(name) <= MAX_TEXT
-                   and len(filename) <= MAX_TEXT and 0 <= line <= MAX_INT for name, filename, line in key):
+        stack = _stack(marshal.loads(key))
+        if stack is None:
             return None
-        code_of[key] = stacks.setdefault(tuple(Frame(clean_text(n), clean_text(f), ln) for n, f, ln in key), len(stacks)) if key else -1
-    id_of_list = dict(zip(by_id, map(code_of.__getitem__, keys)))
-    return small_int_column(array("i", map(id_of_list.__getitem__, map(id, lists))))
+        code_of[key] = stacks.setdefault(stack, len(stacks)) if stack else -1
+    codes = map(code_of.__getitem__, keys)
+    if len(by_id) < len(lists):  # lists shared between entries: each entry's code by its list's identity
+        codes = map(dict(zip(by_id, codes)).__getitem__, map(id, lists))
+    return small_int_column(array("i", codes))
+
+
+def _stack(frame_list: list) -> tuple[Frame, ...] | None:
+    """One distinct list of frame dicts as a stack; None where a frame is not a dict holding a
+    name, a filename and a line of the right types and sizes."""
+    if not all(type(frame) is dict for frame in frame_list):
+        return None
+    try:
+        fields = list(map(_frame_fields, frame_list))
+    except KeyError:
+        return None
+    if not all(type(name) is str and type(filename) is str and type(line) is int and len(name) <= MAX_TEXT
+               and len(filename) <= MAX_TEXT and 0 <= line <= MAX_INT for name, filename, line in fields):
+        return None
+    return tuple(Frame(clean_text(name), clean_text(filename), line) for name, filename, line in fields)
