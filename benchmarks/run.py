@@ -12,7 +12,10 @@ a test: it asserts nothing, it reports.
 --matrix runs frtrace against the floor on one dump set per shape of dump (MATRIX: timing on and
 off, timestamps unique or repeated, stacks shared, own or off, p2p, coalesced groups, wrapped
 buffers, JSON dumps), as interleaved pairs, and prints per shape the median of the pairs' wall
-and CPU ratios (CPU: user + system of the whole process tree), and frtrace's peak RSS.
+and CPU ratios (CPU: user + system of the whole process tree), and frtrace's peak RSS. With
+--baseline (another frtrace command, e.g. a script running an older checkout with
+PYTHONPATH=old/src python -m frtrace) each repeat runs floor, baseline and frtrace in alternating
+order, and the table adds frtrace's wall and CPU ratios to the baseline's, pair by pair.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ def main(argv=None) -> int:
     parser.add_argument("--frtrace", default=shutil.which("frtrace") or "frtrace")
     parser.add_argument("--matrix", action="store_true", help="frtrace against the floor on every shape of dump")
     parser.add_argument("--shapes", nargs="+", choices=list(MATRIX), default=list(MATRIX), help="with --matrix: these shapes only")
+    parser.add_argument("--baseline", help="with --matrix: another frtrace command to compare with, run interleaved")
     args = parser.parse_args(argv)
 
     print(f"machine: {machine()}")
@@ -125,19 +129,30 @@ def matrix(args) -> int:
                             str(args.entries), "--tp", "8", *MATRIX[shape]]
                 subprocess.run(generate, check=True)
             size = sum(f.stat().st_size for f in data.iterdir()) / 2**20
-            floor_runs, runs = [], []
-            for _ in range(args.repeat):
-                floor_runs.append(measure([sys.executable, "-c", FLOOR, str(data)]))
-                runs.append(measure([args.frtrace, "-d", str(data), "-o", os.devnull]))
+            commands = {"floor": [sys.executable, "-c", FLOOR, str(data)], "frtrace": [args.frtrace, "-d", str(data), "-o", os.devnull]}
+            if args.baseline:
+                commands["baseline"] = [args.baseline, "-d", str(data), "-o", os.devnull]
+            results: dict[str, list] = {name: [] for name in commands}
+            for i in range(args.repeat):
+                for name in list(commands)[:: 1 if i % 2 == 0 else -1]:  # alternating order: neither always runs first
+                    results[name].append(measure(commands[name]))
+            floor_runs, runs = results["floor"], results["frtrace"]
             wall = statistics.median(run[0] / floor[0] for run, floor in zip(runs, floor_runs))
             cpu = statistics.median(run[3] / floor[3] for run, floor in zip(runs, floor_runs))
-            rows.append((ranks, shape, f"{size:.0f} MiB", f"{statistics.median(f[0] for f in floor_runs):.2f}",
-                         f"{statistics.median(f[3] for f in floor_runs):.2f}", f"{statistics.median(r[0] for r in runs):.2f}",
-                         f"{statistics.median(r[3] for r in runs):.2f}", f"{wall:.2f}", f"{cpu:.2f}",
-                         f"{max(r[1] for r in runs):.0f}", ",".join(map(str, sorted({r[2] for r in runs})))))
+            row = (ranks, shape, f"{size:.0f} MiB", f"{statistics.median(f[0] for f in floor_runs):.2f}",
+                   f"{statistics.median(f[3] for f in floor_runs):.2f}", f"{statistics.median(r[0] for r in runs):.2f}",
+                   f"{statistics.median(r[3] for r in runs):.2f}", f"{wall:.2f}", f"{cpu:.2f}",
+                   f"{max(r[1] for r in runs):.0f}", ",".join(map(str, sorted({r[2] for r in runs}))))
+            if args.baseline:
+                base = results["baseline"]
+                row += (f"{statistics.median(r[0] / b[0] for r, b in zip(runs, base)):.3f}",
+                        f"{statistics.median(r[3] / b[3] for r, b in zip(runs, base)):.3f}", f"{max(b[1] for b in base):.0f}",
+                        ",".join(map(str, sorted({b[2] for b in base}))))
+            rows.append(row)
             print(*rows[-1], sep="  ", file=sys.stderr)
     table(("ranks", "shape", "dumps", "floor wall s", "floor CPU s", "frtrace wall s", "frtrace CPU s", "wall x floor",
-           "CPU x floor", "peak RSS MiB", "exit"), rows)
+           "CPU x floor", "peak RSS MiB", "exit") + (("wall x baseline", "CPU x baseline", "baseline RSS MiB", "baseline exit")
+                                                    if args.baseline else ()), rows)
     return 0
 
 
