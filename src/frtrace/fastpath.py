@@ -54,7 +54,8 @@ def is_p2p_name(op: str) -> bool:
 
 _PER_ENTRY = 8  # tensors and dtypes per entry on average, above which the careful path reads the dump
 _KEY_BYTES = 1024  # bytes of marshalled kind per entry on average (PyTorch's take about 100)
-_STACK_BYTES = 16384  # bytes of marshalled frames per entry on average (PyTorch's take about 100 a frame)
+_STACK_BYTES = 32768  # bytes of marshalled frames per entry on average: PyTorch's take 60 to 200 bytes a
+# frame, so stacks of 150 frames and more take the fast path; past it, the careful path reads the dump
 
 
 def _kind_keys(*columns: tuple) -> list[bytes] | None:
