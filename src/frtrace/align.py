@@ -98,30 +98,33 @@ class Track:
     units: dict[int, tuple[int, ...]] | None = None  # seq id -> its unit's buffer indices
     unit_kinds: dict[int, tuple[int, ...]] | None = None  # seq id -> its unit's global kind codes
 
+    def _offset(self, seq: int) -> int | None:
+        """#seq's place in a column track's columns; None where the track does not hold it."""
+        if self.first_seq is None or not self.first_seq <= seq <= self.last_seq:
+            return None
+        return seq - self.first_seq
+
     def unit(self, seq: int) -> UnitEntries | None:
         if self.units is not None:
             positions = self.units.get(seq)
             return None if positions is None else tuple(map(self.entries.__getitem__, positions))
-        if self.first_seq is None or not self.first_seq <= seq <= self.last_seq:
-            return None
-        return (self.entries[self.positions[seq - self.first_seq]],)
+        at = self._offset(seq)
+        return None if at is None else (self.entries[self.positions[at]],)
 
     def kinds_at(self, seq: int) -> tuple[int, ...] | None:
         """The global kind codes of #seq's unit, without building its entries."""
         if self.units is not None:
             return self.unit_kinds.get(seq)
-        if self.first_seq is None or not self.first_seq <= seq <= self.last_seq:
-            return None
-        return (self.kinds[seq - self.first_seq],)
+        at = self._offset(seq)
+        return None if at is None else (self.kinds[at],)
 
     def end_state(self, seq: int, codes: "Codes") -> str | None:
         """The state of #seq's unit (its last entry's: a coalesced group's terminator carries it)."""
         if self.units is not None:
             positions = self.units.get(seq)
             return None if positions is None else self.entries.states[self.entries.state[positions[-1]]]
-        if self.first_seq is None or not self.first_seq <= seq <= self.last_seq:
-            return None
-        return codes.states[self.states[seq - self.first_seq]]
+        at = self._offset(seq)
+        return None if at is None else codes.states[self.states[at]]
 
 
 _KNOWN_BACKENDS = _TRACKING_BACKENDS | {"gloo", "c10d", ""}

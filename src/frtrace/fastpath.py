@@ -58,15 +58,10 @@ _STACK_BYTES = 32768  # bytes of marshalled frames per entry on average: PyTorch
 # frame, so stacks of 150 frames and more take the fast path; past it, the careful path reads the dump
 
 
-def _kind_keys(*columns: tuple) -> list[bytes] | None:
-    """One bytes key per entry (one value per entry in each column) for what makes its kind;
-    None past _KEY_BYTES per entry."""
-    return _keys(zip(*columns), _KEY_BYTES * len(columns[0]))
-
-
 def _keys(values: Iterable, budget: int) -> list[bytes] | None:
     """Each value marshalled into a bytes key; None once the keys take more than `budget` bytes
-    (and 64 KiB).
+    (and 64 KiB), or where marshal cannot write a value (not a dump's plain data, or nested too
+    deep).
 
     marshal (version 4) writes a value shared by reference within one key once, so no key is
     bigger than the objects it holds; a value shared between keys is written into each of them,
@@ -74,11 +69,14 @@ def _keys(values: Iterable, budget: int) -> list[bytes] | None:
     value among many entries stops the fast path there, not after."""
     budget += 65536
     keys = []
-    for key in map(marshal.dumps, values, repeat(4)):
-        budget -= len(key)
-        if budget < 0:
-            return None
-        keys.append(key)
+    try:
+        for key in map(marshal.dumps, values, repeat(4)):
+            budget -= len(key)
+            if budget < 0:
+                return None
+            keys.append(key)
+    except ValueError:
+        return None
     return keys
 
 
@@ -130,11 +128,8 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
                time_column(created), time_column(started), time_column(completed), float_column(durations)]
     if not all(isinstance(column, array) for column in numbers) or inf in numbers[-1] or -inf in numbers[-1]:
         return None  # over 64 bits, or an infinite duration: the careful path drops the field
-    try:
-        keys = _kind_keys(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)
-    except ValueError:  # something marshal cannot write (or nested too deep): not a dump's plain data
-        return None
-    if keys is None:
+    keys = _keys(zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out), _KEY_BYTES * len(raw_entries))
+    if keys is None:  # one bytes key per entry for what makes its kind: past the budget, or not plain data
         return None
     code_of = dict.fromkeys(keys)
     # two keys can make one kind: a list and a tuple, "float" and "Float", a value shared or not
@@ -197,10 +192,7 @@ def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array |
     by_id = dict(zip(map(id, lists), lists))
     if max(map(len, by_id.values())) > MAX_FRAMES:
         return None
-    try:
-        keys = _keys(by_id.values(), _STACK_BYTES * len(lists))
-    except ValueError:  # something marshal cannot write (or nested too deep): not a dump's plain data
-        return None
+    keys = _keys(by_id.values(), _STACK_BYTES * len(lists))
     if keys is None:
         return None
     code_of = dict.fromkeys(keys)
