@@ -265,12 +265,15 @@ NESTED = b"N" + b"\x85" * 200_000  # None in a tuple in a tuple ... 200,000 deep
 
 
 @pytest.mark.process
-@pytest.mark.parametrize("place", ["frame_name", "dict_key"])
+@pytest.mark.parametrize("place", ["frame_name", "input_sizes", "dict_key"])
 def test_a_deeply_nested_tuple_costs_the_rank_not_the_process(tmp_path, place):
     raw = {r: make_dump(ops(3)) for r in range(4)}
     bad = make_dump(ops(3))
     if place == "frame_name":
         bad["entries"][0]["frames"] = [{"name": "DEEP", "filename": "x.py", "line": 1}]
+        data = _with_raw_value(bad, "DEEP", NESTED)
+    elif place == "input_sizes":  # marshalled into the entry's kind key on the fast path
+        bad["entries"][0]["input_sizes"] = "DEEP"
         data = _with_raw_value(bad, "DEEP", NESTED)
     else:  # the unpickler itself hashes a dict key
         bad["DEEP"] = 1
