@@ -114,14 +114,15 @@ def test_a_failure_while_writing_leaves_the_old_file(tmp_path, monkeypatch, caps
 def test_sqlite_is_written_beside_its_target_and_never_in_place(tmp_path, monkeypatch, capsys):
     target = tmp_path / "hang.db"
     target.write_bytes(b"old")
-    real = cli.write_sqlite
+    from frtrace import sqlite_out
+    real = sqlite_out.write_sqlite
     seen = []
 
     def watched(db, dumps, table, path):
         real(db, dumps, table, path)
         seen.append((path, target.read_bytes()))
 
-    monkeypatch.setattr(cli, "write_sqlite", watched)
+    monkeypatch.setattr(sqlite_out, "write_sqlite", watched)  # imported by the run when --sqlite asks for it
     assert main(["-d", SKIP, "--sqlite", str(target)]) == 1
     ((written_to, target_then),) = seen
     assert Path(written_to).parent == tmp_path and Path(written_to) != target and target_then == b"old"
@@ -133,7 +134,7 @@ def test_a_failure_while_writing_sqlite_leaves_the_old_file(tmp_path, monkeypatc
     from frtrace import sqlite_out
     target = tmp_path / "hang.db"
     target.write_bytes(b"old")
-    real = cli.write_sqlite
+    real = sqlite_out.write_sqlite
 
     def broken(db, dumps, table, path):
         real(db, dumps, table, path)  # a whole database, then the failure: it must not be renamed into place
@@ -142,7 +143,7 @@ def test_a_failure_while_writing_sqlite_leaves_the_old_file(tmp_path, monkeypatc
     if failure == "disk full":  # SQLite's own error, from a database that cannot grow past 2 pages
         monkeypatch.setattr(sqlite_out, "SCHEMA", "PRAGMA max_page_count = 2;\n" + sqlite_out.SCHEMA)
     else:
-        monkeypatch.setattr(cli, "write_sqlite", broken)
+        monkeypatch.setattr(sqlite_out, "write_sqlite", broken)
     assert main(["-d", SKIP, "--sqlite", str(target), "-o", str(tmp_path / "db.pkl")]) == 2
     assert target.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["hang.db"]  # and no db.pkl either
     (said,) = capsys.readouterr().err.strip().splitlines()

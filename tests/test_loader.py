@@ -303,6 +303,36 @@ def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_pat
     assert sum(taken) == cap + 1
 
 
+def test_a_dump_is_read_in_one_request_of_its_own_size(tmp_path, monkeypatch):
+    """Asking for the cap (a GiB) allocates, then gives back, that much for every file: a quarter
+    of a millisecond a file, as much as a tenth of parsing it. One read of the size and one byte."""
+    from frtrace import safe_read
+
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps(make_dump(ops(50))))
+    real_fdopen = os.fdopen
+    asked = []
+
+    class Counted:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def read(self, size=-1):
+            asked.append(size)
+            return self.handle.read(size)
+
+    monkeypatch.setattr(safe_read.os, "fdopen", lambda *args, **kw: Counted(real_fdopen(*args, **kw)))
+    raw, file_format = read_raw(str(path))
+    assert file_format == "pickle" and len(raw["entries"]) == 50
+    assert asked == [path.stat().st_size + 1]
+
+
 def test_a_truncated_json_dump_is_refused_with_the_parsers_own_words(tmp_path):
     damaged = tmp_path / "nccl_trace_rank_0.json"
     damaged.write_text(json.dumps(make_dump(ops(2)))[:-30])

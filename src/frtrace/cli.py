@@ -25,16 +25,11 @@ from .discover import find_dump_files
 from .anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .groups import GroupTable, resolve_groups
-from .html import write_html
 from .loader import load_dumps
 from .types import LoadResult
 from .matcher import analyze, format_ranks
 from .output import Outputs, plan_outputs
-from .progress import compare_sets, comparison_dict, op_timings, render_comparison
-from .replay_plan import build_plan
 from .report import render_entries, render_text, report_dict
-from .sqlite_out import write_sqlite
-from .stats import compute_stats, render_stats
 from .timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks, write_chrome_trace
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
@@ -285,11 +280,15 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                 if options.output:
                     outputs.stage("-o", lambda f: write_database(db, f))
                 if options.sqlite:
+                    from .sqlite_out import write_sqlite  # the optional outputs' modules: imported when asked for
+
                     with outputs.stage_path("--sqlite") as temp:
                         write_sqlite(db, loaded.dumps, table, temp)
             if options.chrome_trace:
                 outputs.stage("--chrome-trace", lambda f: _write_trace(f, analysis, loaded.dumps, table, options, trace_ranks))
             if options.html:
+                from .html import write_html
+
                 outputs.stage("--html", lambda f: write_html(analysis, loaded.dumps, table, f))
             if options.json_path:
                 payload = report_dict(analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps)
@@ -311,6 +310,8 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             render_text(analysis, loaded.dumps, loaded.skipped, out, mismatch_cap=options.mismatch_cap,
                         print_stack_trace=options.print_stack_trace, verbose=options.verbose, sources=loaded.sources)
             if options.stats:
+                from .stats import compute_stats, render_stats
+
                 render_stats(compute_stats(analysis, loaded.dumps), out)
         _printed(out, report)
     if options.strict and loaded.skipped:
@@ -467,6 +468,8 @@ def parse_compare(argv: Sequence[str]) -> CompareOptions:
 
 def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
     """Compare two sets as the options say; 0 progressing, 1 stuck or partly stuck."""
+    from .progress import compare_sets, comparison_dict, op_timings, render_comparison
+
     requested = [("--json", options.json_path, "JSON comparison", False)] if options.json_path else []
     plans = plan_outputs(requested, options.earlier)
     plan_outputs(requested, options.later)  # refused the same way for either set
@@ -534,6 +537,8 @@ def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
                          "over anything: choose a new folder")
     loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs)
     analysis = analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchor_relative_seqs(loaded.dumps, table))
+    from .replay_plan import build_plan
+
     plan = build_plan(loaded.dumps, table, analysis, options.mode)
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)

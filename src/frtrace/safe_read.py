@@ -65,12 +65,17 @@ def read_raw(path: str) -> tuple[Any, str]:
             raise DumpError(path, "not a regular file; not read")
         if info.st_size > MAX_DUMP_BYTES:
             raise DumpError(path, f"more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder dump can hold; not read")
+        head = os.pread(fd, HEAD_BYTES, 0)
+        file_format = sniff(head)
+        if head and file_format is None:
+            raise DumpError(path, "its first bytes are not those of a pickle or JSON dump; leave it out")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            head = handle.read(HEAD_BYTES)
-            file_format = sniff(head)
-            if head and file_format is None:
-                raise DumpError(path, "its first bytes are not those of a pickle or JSON dump; leave it out")
-            data = head + handle.read(MAX_DUMP_BYTES + 1 - len(head))
+            # in one read, into one buffer: the size fstat said and one byte more, to see a file
+            # that grew since (asking for the cap would allocate, then give back, a GiB every time)
+            expected = info.st_size + 1
+            data = handle.read(expected)
+            if len(data) >= expected:  # it grew: read on, to one byte past the cap
+                data += handle.read(MAX_DUMP_BYTES + 1 - len(data))
     except OSError as exc:
         raise DumpError(path, f"cannot read it ({exc.strerror})") from None
     finally:
