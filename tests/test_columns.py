@@ -268,3 +268,26 @@ def test_every_call_points_at_its_own_traceback(stacks, tmp_path):
         mine = [c for c in calls if c.global_rank == rank]
         assert [f"train.py:{lines[rank](s)}" in text_of[c.traceback_id] for c, s in zip(mine, range(1, 401))] == [True] * 400
     assert {c.traceback_id for c in calls if c.global_rank == 2} == {-1}
+
+
+def test_collective_ids_kept_as_seq_ids_plus_offsets_read_as_the_ids_they_stand_for():
+    from array import array
+
+    from frtrace.database import OffsetIds
+
+    # rank A: kinds 0 and 1 (two groups, offsets 100 and 7); rank B: looked-up ids, -1 for none;
+    # rank C: no calls; rank D: one-byte kind codes past a seq id of 2**40
+    blocks = [(array("q", [1, 1, 2, 2, 3]), bytes([0, 1, 0, 1, 1]), [100, 7]),
+              (array("q", [5, -1, 6]), None, None),
+              (array("q"), b"", [3]),
+              (array("q", [2**40]), bytes([0]), [-1])]
+    expected = [101, 8, 102, 9, 10, 5, None, 6, 2**40 - 1]
+    ids = OffsetIds(blocks)
+    assert len(ids) == 9 and list(ids) == expected
+    assert [ids[i] for i in range(9)] == expected and [ids[i] for i in range(-9, 0)] == expected
+    assert ids[2:7] == expected[2:7] and ids[::-3] == expected[::-3]
+    assert list(ids.values) == [-1 if v is None else v for v in expected]
+    for outside in (9, -10):
+        with pytest.raises(IndexError):
+            ids[outside]
+    assert list(pickle.loads(pickle.dumps(ids))) == expected

@@ -11,7 +11,6 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 from itertools import repeat
-from operator import add
 from typing import IO
 
 from .collectives_table import CollectiveColumns
@@ -22,7 +21,7 @@ from .database import (
     Finding,
     Membership,
     NCCLCall,
-    OptionalIds,
+    OffsetIds,
     Table,
     Traceback,
     db_types,
@@ -96,7 +95,8 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
     # ints as typed arrays and repeated values as codes: a few bytes per call, not pointers
     call_codes: dict[tuple, int] = {}  # (group id, op, input sizes) -> code
-    collective_ids, ranks = array("q"), array("i")
+    collective_ids: list[tuple] = []  # OffsetIds' blocks, a rank's calls each
+    ranks = array("i")
     call_column, traceback_column = _Codes(), _Codes()  # traceback: its id + 1, 0 for none
     group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
     for rank, dump in dumps.items():
@@ -110,11 +110,11 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
                                                       len(call_codes)))
             collective_group_of_kind.append(None if kind.is_p2p else group_id)  # p2p entries find no collective: -1
         offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
-        if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset
-            collective_ids.extend(map(add, entries.collective_seq_id, map(offset_of_kind.__getitem__, entries.kind)))
+        if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset: added when read
+            collective_ids.append((entries.collective_seq_id, entries.kind, offset_of_kind))
         else:
             keys = zip(map(collective_group_of_kind.__getitem__, entries.kind), entries.collective_seq_id)
-            collective_ids.extend(map(collective_of.get, keys, repeat(-1)))
+            collective_ids.append((array("q", map(collective_of.get, keys, repeat(-1))), None, None))
         call_column.extend(entries.kind, call_of_kind)
         ranks.extend(array("i", [rank]) * len(entries))
         # stack id -> traceback id + 1, padded so that stack id -1 (no frames) reads the last: 0,
@@ -125,8 +125,8 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         traceback_column.extend(stacks.tobytes() if getattr(stacks, "typecode", "") == "b" else stacks, per_stack)
     calls = list(call_codes)  # group, op and sizes share one code column: they follow from the kind
     ncclcalls = Table(NCCLCall, [
-        range(len(collective_ids)),
-        OptionalIds(collective_ids),
+        range(len(ranks)),
+        OffsetIds(collective_ids),
         CodedColumn(call_column.codes, [group_id for group_id, _, _ in calls]),
         ranks,
         CodedColumn(traceback_column.codes, [-1, *range(len(traceback_rows))]),
