@@ -266,6 +266,25 @@ def test_a_damaged_dump_is_named_in_its_error(tmp_path):
         assert caught.value.path == str(tmp_path / name)
 
 
+class _CountedReads:
+    """A file handle that notes each read's requested size and the bytes it gave."""
+
+    def __init__(self, handle, asked: list, taken: list) -> None:
+        self.handle, self.asked, self.taken = handle, asked, taken
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+    def read(self, size=-1):
+        self.asked.append(size)
+        data = self.handle.read(size)
+        self.taken.append(len(data))
+        return data
+
+
 def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
     """The size said by fstat may be stale (the file grows while read): the read itself stops
     one byte past the cap, so a file growing without end costs no more than that."""
@@ -280,24 +299,9 @@ def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_pat
     real_fstat, real_fdopen = os.fstat, os.fdopen
     taken = []
 
-    class Counted:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.handle.close()
-
-        def read(self, size=-1):
-            data = self.handle.read(size)
-            taken.append(len(data))
-            return data
-
     with monkeypatch.context() as patch:
         patch.setattr(safe_read.os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 10, *real_fstat(fd)[7:])))
-        patch.setattr(safe_read.os, "fdopen", lambda *args, **kw: Counted(real_fdopen(*args, **kw)))
+        patch.setattr(safe_read.os, "fdopen", lambda *args, **kw: _CountedReads(real_fdopen(*args, **kw), [], taken))
         reason = _reason(lambda: read_raw(str(grown)))
     assert reason == "grew past 3 MiB while being read; not read"
     assert sum(taken) == cap + 1
@@ -312,22 +316,7 @@ def test_a_dump_is_read_in_one_request_of_its_own_size(tmp_path, monkeypatch):
     path.write_bytes(pickle.dumps(make_dump(ops(50))))
     real_fdopen = os.fdopen
     asked = []
-
-    class Counted:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.handle.close()
-
-        def read(self, size=-1):
-            asked.append(size)
-            return self.handle.read(size)
-
-    monkeypatch.setattr(safe_read.os, "fdopen", lambda *args, **kw: Counted(real_fdopen(*args, **kw)))
+    monkeypatch.setattr(safe_read.os, "fdopen", lambda *args, **kw: _CountedReads(real_fdopen(*args, **kw), asked, []))
     raw, file_format = read_raw(str(path))
     assert file_format == "pickle" and len(raw["entries"]) == 50
     assert asked == [path.stat().st_size + 1]
