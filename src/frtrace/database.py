@@ -198,15 +198,15 @@ class OffsetIds(Sequence):
     def __len__(self) -> int:
         return self._starts[-1]
 
-    @staticmethod
-    def _block_values(block: tuple) -> Iterable[int]:
-        numbers, kinds, offsets = block
-        return numbers if kinds is None else map(add, numbers, map(offsets.__getitem__, kinds))
+    def _raw(self) -> Iterable[int]:
+        """Every id in row order, -1 for none: each block's seq ids plus offsets, or its ids."""
+        return chain.from_iterable(numbers if kinds is None else map(add, numbers, map(offsets.__getitem__, kinds))
+                                   for numbers, kinds, offsets in self.blocks)
 
     @property
     def values(self) -> array:
         """Every id, -1 for none, in one array (what OptionalIds holds)."""
-        return array("q", chain.from_iterable(map(self._block_values, self.blocks)))
+        return array("q", self._raw())
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -222,7 +222,7 @@ class OffsetIds(Sequence):
         return None if value < 0 else value
 
     def __iter__(self):
-        return (None if v < 0 else v for v in chain.from_iterable(map(self._block_values, self.blocks)))
+        return (None if v < 0 else v for v in self._raw())
 
     def __reduce__(self):
         return (OffsetIds, (self.blocks,))
