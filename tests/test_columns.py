@@ -138,6 +138,19 @@ def test_more_than_256_kinds_compare_as_arrays(tmp_path, monkeypatch):
     assert [c.collective_seq_id for c in fast.checks if c.mismatch] == [301]
 
 
+@pytest.mark.parametrize("later", [entry(seq=2, op="send 0->1", backend="nccl", is_p2p=True, p2p_seq=1),
+                                   entry(seq=2, op="coalesced", backend="nccl", sizes=())], ids=["p2p op", "terminator"])
+@pytest.mark.parametrize("other_group", [False, True], ids=["one group", "two groups"])
+def test_a_run_with_a_p2p_op_or_a_terminator_past_its_first_kind_is_no_column_track(later, other_group):
+    # seq ids 1, 2 count up by one, but the second entry is not one whole collective: read one by one
+    other = [entry(pg="1", desc="tp", seq=1)] if other_group else []
+    held = [entry(seq=1, backend="nccl"), later]
+    dump = normalize(make_dump(other + held), 0, "rank0", "pickle")
+    assert runs.make_runs(dump.entries)["0"].first_seq is None
+    plain = normalize(make_dump(other + [entry(seq=1, backend="nccl"), entry(seq=2, backend="nccl")]), 0, "rank0", "pickle")
+    assert runs.make_runs(plain.entries)["0"].first_seq == 1
+
+
 @settings(max_examples=examples(60))
 @given(dumps=dump_sets())
 def test_random_jobs_give_the_same_answer_both_ways(dumps, tmp_path_factory, monkeypatch):

@@ -6,7 +6,7 @@ the kind and state codes in seq order."""
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import compress, repeat
 from operator import eq
 from typing import NamedTuple
@@ -29,31 +29,36 @@ def make_runs(columns: EntryColumns) -> dict[str, Run]:
     count = len(columns)
     if len(number_of) == 1:
         name = next(iter(number_of))
-        return {name: Run(range(count), _first_seq(columns, columns.collective_seq_id, columns.kind),
+        return {name: Run(range(count), _first_seq(columns, columns.collective_seq_id, range(len(columns.kinds))),
                           columns.kind, columns.state)}  # already code columns: shared, not copied
     runs: dict[str, Run] = {}
     for name, number in number_of.items():
+        codes = [code for code, n in enumerate(name_number) if n == number]  # its kinds (each held by some entry)
         # a 0/1 byte per entry, 1 where the entry is in this group: compress() selects by it in C
         if isinstance(columns.kind, bytes):
             mask = columns.kind.translate(bytes(n == number for n in name_number) + bytes(256 - len(name_number)))
+            kinds = columns.kind.translate(None, bytes(c for c, n in enumerate(name_number) if n != number))  # the rest deleted
         else:
             mask = bytes(map(eq, map(name_number.__getitem__, columns.kind), repeat(number)))
+            kinds = code_column(compress(columns.kind, mask), len(columns.kinds))
         positions = array("I", compress(range(count), mask))
         if not positions:
             continue
-        kinds = code_column(compress(columns.kind, mask), len(columns.kinds))
         seqs = list(compress(columns.collective_seq_id, mask))
-        runs[name] = Run(positions, _first_seq(columns, seqs, kinds),
+        runs[name] = Run(positions, _first_seq(columns, seqs, codes),
                          kinds, code_column(compress(columns.state, mask), len(columns.states)))
     return runs
 
 
-def _first_seq(columns: EntryColumns, seqs: Sequence[int], kinds: Sequence[int]) -> int | None:
-    if any(columns.kinds[k].is_p2p or columns.kinds[k].op in COALESCED_TERMINATORS for k in set(kinds)):
+def _first_seq(columns: EntryColumns, seqs: Sequence[int], codes: Iterable[int]) -> int | None:
+    """The run's first seq id where its entries, of the kinds `codes`, are each a whole collective
+    with seq ids counting up by one (8-byte ints); else None."""
+    if any(columns.kinds[k].is_p2p or columns.kinds[k].op in COALESCED_TERMINATORS for k in codes):
         return None
+    if not isinstance(columns.collective_seq_id, array):  # some seq id of the dump is past 8 bytes, or not an int
+        try:
+            array("q", seqs)
+        except (OverflowError, TypeError):
+            return None
     first = seqs[0]
-    try:
-        consecutive = array("q", seqs) == array("q", range(first, first + len(seqs)))
-    except (OverflowError, TypeError):
-        return None
-    return first if consecutive else None
+    return first if list(seqs) == list(range(first, first + len(seqs))) else None  # lists compare faster than arrays are made
