@@ -527,6 +527,8 @@ def parse_replay(argv: Sequence[str]) -> ReplayOptions:
 
 def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
     """Write the replay plan into a new folder; the dumps are never written to."""
+    from .replay_plan import build_plan
+
     target = os.path.abspath(options.out_dir)
     source = os.path.abspath(options.trace_dir)
     if target == source or target.startswith(source + os.sep) or source.startswith(target + os.sep):
@@ -537,8 +539,6 @@ def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
                          "over anything: choose a new folder")
     loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs)
     analysis = analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchor_relative_seqs(loaded.dumps, table))
-    from .replay_plan import build_plan
-
     plan = build_plan(loaded.dumps, table, analysis, options.mode)
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
