@@ -101,10 +101,10 @@ def _cell_states(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable) 
     for rank, (_, group, seq) in analysis.blocked_in.items():  # waiting in it, though the dump cannot say (gloo)
         if group.key in index and (rank, index[group.key]) in cells:
             cells[(rank, index[group.key])] = (IN_FLIGHT, f"#{seq}" if seq is not None else "p2p")
-    for rank in analysis.ranks_missing:
-        for group in table.groups:
-            if rank in group.ranks:
-                cells[(rank, index[group.key])] = (NEVER, "no dump")
+    missing = set(analysis.ranks_missing)
+    for group in table.groups:  # each group's ranks once: a million-rank world costs a million steps, not its square
+        for rank in missing.intersection(group.ranks):
+            cells[(rank, index[group.key])] = (NEVER, "no dump")
     for finding in analysis.findings:
         if finding.group.key not in index:
             continue
@@ -142,11 +142,17 @@ def _grid(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root: F
         names.insert(0, _family(root.group))
     columns = names[:MAX_GRID_COLUMNS]
     root_column = _family(root.group) if root is not None else None
+    shown_families = set(columns)
+    groups_of: dict[int, list[int]] = {}  # rank -> the groups of the shown columns it belongs to
+    for i, group in enumerate(groups):
+        if _family(group) in shown_families:
+            for rank in group.ranks:
+                groups_of.setdefault(rank, []).append(i)
 
     def cell(rank: int, family: str) -> tuple[str, str, str] | None:
         """(state, text, group label) of the rank's group in this family; the worst of several."""
         found = [(cells.get((rank, i), (NEVER if rank not in dumps else NOT_MEMBER, "")), groups[i])
-                 for i in families[family] if rank in groups[i].ranks]
+                 for i in groups_of.get(rank, ()) if _family(groups[i]) == family]
         if not found:
             return None
         (state, text), group = min(found, key=lambda item: _PRECEDENCE[item[0][0]])

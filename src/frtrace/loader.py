@@ -416,6 +416,9 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
                        health, restarted, counter)
 
 
+_INDEXED_KINDS = 64  # up to this many kinds, each one's first entry is searched for in C
+
+
 def _restarted(entries: EntryColumns, process_wide: bool) -> bool:
     """Whether the buffer starts at record 0 yet a group's first collective in it is past #1
     (every group's counter starts at 1 when the group is made): the recorder was reset since.
@@ -423,12 +426,18 @@ def _restarted(entries: EntryColumns, process_wide: bool) -> bool:
     process's first op is #1. A kind's first entry is found in C (bytes.index / list.index)."""
     if not len(entries) or entries.record_id[0] != 0:
         return False
-    codes = entries.kind if isinstance(entries.kind, bytes) else list(entries.kind)
+    if len(entries.kinds) > _INDEXED_KINDS:  # one pass, not one search per kind (50,000 one-op groups)
+        first_of_code: dict[int, int] = {}
+        for index, code in enumerate(entries.kind):
+            first_of_code.setdefault(code, index)
+        index_of = first_of_code.__getitem__
+    else:
+        index_of = (entries.kind if isinstance(entries.kind, bytes) else list(entries.kind)).index
     first_of_group: dict[str, int] = {}
     for code, kind in enumerate(entries.kinds):
         if kind.is_p2p:
             continue
-        index = codes.index(code)
+        index = index_of(code)
         if index < first_of_group.get(kind.pg_name, index + 1):
             first_of_group[kind.pg_name] = index
     if not first_of_group:

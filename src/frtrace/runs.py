@@ -31,6 +31,8 @@ def make_runs(columns: EntryColumns) -> dict[str, Run]:
         name = next(iter(number_of))
         return {name: Run(range(count), _first_seq(columns, columns.collective_seq_id, range(len(columns.kinds))),
                           columns.kind, columns.state)}  # already code columns: shared, not copied
+    if len(number_of) > _MASKED_NAMES:
+        return _runs_in_one_pass(columns, number_of, name_number)
     runs: dict[str, Run] = {}
     for name, number in number_of.items():
         codes = [code for code, n in enumerate(name_number) if n == number]  # its kinds (each held by some entry)
@@ -47,6 +49,31 @@ def make_runs(columns: EntryColumns) -> dict[str, Run]:
         seqs = list(compress(columns.collective_seq_id, mask))
         runs[name] = Run(positions, _first_seq(columns, seqs, codes),
                          kinds, code_column(compress(columns.state, mask), len(columns.states)))
+    return runs
+
+
+_MASKED_NAMES = 16  # up to this many group names, a C-level pass over the entries per name; past it, one pass in all
+
+
+def _runs_in_one_pass(columns: EntryColumns, number_of: dict[str, int], name_number: list[int]) -> dict[str, Run]:
+    """make_runs for a dump of many group names (50,000 one-op groups in one dump): the entries'
+    positions sorted by name in one pass, so the cost stays linear in entries plus kinds."""
+    positions = [array("I") for _ in number_of]
+    codes: list[list[int]] = [[] for _ in number_of]
+    for code, number in enumerate(name_number):
+        codes[number].append(code)
+    append_to = [p.append for p in positions]
+    for position, code in enumerate(columns.kind):
+        append_to[name_number[code]](position)
+    kinds, states, seq_ids = columns.kind, columns.state, columns.collective_seq_id
+    runs: dict[str, Run] = {}
+    for name, number in number_of.items():
+        where = positions[number]
+        if not where:
+            continue
+        runs[name] = Run(where, _first_seq(columns, [seq_ids[p] for p in where], codes[number]),
+                         code_column([kinds[p] for p in where], len(columns.kinds)),
+                         code_column([states[p] for p in where], len(columns.states)))
     return runs
 
 

@@ -292,6 +292,10 @@ class WaitGraph:
         idle: dict[tuple, list[int]] = defaultdict(list)  # op key -> awaited ranks that wait for nobody
         components = self.components()
         where = {node: i for i, comp in enumerate(components) for node in comp}
+        awaited_by: dict[int, list[tuple]] = defaultdict(list)  # rank -> the ops waiting for it, made once
+        for key, awaited in self.waits_on.items():
+            for rank in awaited:
+                awaited_by[rank].append(key)
         for i, comp in enumerate(components):
             members = set(comp)
             leaves = any(where.get(n) != i for node in comp for n in self._edges(node))
@@ -302,7 +306,7 @@ class WaitGraph:
             if len(comp) == 1 and ranks:
                 # waited for, waits for no one
                 rank = ranks[0]
-                awaited_in = [k for k, awaited in self.waits_on.items() if rank in awaited]
+                awaited_in = awaited_by.get(rank)
                 if awaited_in:
                     idle[max(awaited_in, key=lambda k: len(self.waiters[k]))].append(rank)
                 continue
