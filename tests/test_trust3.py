@@ -3,11 +3,17 @@ innocent rank, crashed frtrace or left files behind. One test (or a few) per cas
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from conftest import make_dump, entry, ops, write_dumps
+import pytest
+
+from conftest import entry, make_dump, ops, write_dumps
 from frtrace.cli import main
+from frtrace.discover import find_dump_files as loader_discovery
 
 
 def _cpu(work, repeat: int = 3) -> float:
@@ -64,3 +70,42 @@ def test_the_one_pass_runs_of_many_groups_equal_the_masked_runs(monkeypatch):
         got = one_pass[name]
         assert (list(got.positions), got.first_seq, bytes(got.kinds), bytes(got.states)) == (
             list(run.positions), run.first_seq, bytes(run.kinds), bytes(run.states)), name
+
+
+def _peak_of_run(*argv: str) -> tuple[subprocess.CompletedProcess, int]:
+    """frtrace run as a user would, and the peak resident memory (bytes) of it or any of its workers."""
+    probe = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+             "sys.stdout.write(p.stderr + '\\0' + p.stdout + '\\0' + str(p.returncode) + '\\0' + "
+             "str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))")
+    done = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "frtrace", *argv],
+                          capture_output=True, text=True, timeout=300)
+    err, out, code, peak_kb = done.stdout.split("\0")
+    return subprocess.CompletedProcess(argv, int(code), out, err), int(peak_kb) * 1024
+
+
+@pytest.mark.process
+def test_a_dump_of_far_more_entries_than_a_recorder_keeps_is_refused_within_a_bounded_memory(tmp_path):
+    tiny = [{"record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": i + 1, "p2p_seq_id": 0,
+             "profiling_name": "gloo:all_reduce", "input_sizes": [[3]], "output_sizes": [[3]], "state": "scheduled"}
+            for i in range(1_200_000)]  # 1.2 million entries: 124 MB of pickle, about 1.4 GB once parsed
+    dumps = write_dumps(tmp_path / "d", {r: make_dump(ops(10 if r != 2 else 6)) for r in range(4)})
+    (dumps / "nccl_trace_rank_1").write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "entries": tiny}, protocol=2))
+    del tiny
+    done, peak = _peak_of_run("-d", str(dumps), "--jobs", "1")
+    assert done.returncode == 1, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "nccl_trace_rank_1" in line]
+    assert "far more entries than a Flight Recorder keeps" in line and "1,000,000" in line
+    assert peak < 1536 << 20, f"peak {peak >> 20} MiB"
+    print(f"peak {peak >> 20} MiB")
+
+
+def test_a_dump_past_the_entry_cap_is_refused_by_its_count(tmp_path, monkeypatch):
+    from frtrace import loader
+
+    monkeypatch.setattr(loader, "MAX_ENTRIES", 100)
+    dumps = write_dumps(tmp_path / "d", {0: make_dump(ops(101)), 1: make_dump(ops(100))})
+    result = loader.load_dumps(loader_discovery(dumps), workers=0)
+    assert list(result.dumps) == [1]
+    (skipped,) = result.skipped
+    assert "holds 101 entries, far more entries than a Flight Recorder keeps" in skipped.reason
+    assert "frtrace reads up to 100 from one dump" in skipped.reason

@@ -20,11 +20,27 @@ MAX_SHAPES = 1 << 16  # tensors in one entry's input or output list (all_to_all 
 MAX_DIMS = 64  # dimensions of one tensor
 MAX_FRAMES = 1024  # frames in one stack
 MAX_INT = (1 << 63) - 1  # numbers a dump writes are C++ int64s
+MAX_ENTRIES = 1_000_000  # entries in one dump; a recorder keeps 2,000 by default (TORCH_FR_BUFFER_SIZE)
 
 # Parsing a file may use this much memory beyond what the process already has: a pickle's
-# objects take about 11x its bytes (27x of address space at small sizes), so 32x plus a floor.
+# objects take about 11x its bytes (27x of address space at small sizes), so 32x plus a floor,
+# and never so much that the file's bytes and its objects together pass PARSE_CAP: a 530 MB file
+# of 5 million tiny entries would take 6 GB. The cap holds about 800,000 tiny entries (1.2 KB
+# each once parsed), far more than a recorder keeps with stacks.
 _PARSE_FLOOR = 64 << 20
 _PARSE_FACTOR = 32
+PARSE_CAP = 1 << 30
+
+
+def parse_allowance(file_size: int) -> int:
+    """The memory parsing a `file_size`-byte file (already read) may take beyond what the process has."""
+    return _PARSE_FLOOR + min(_PARSE_FACTOR * file_size, max(0, PARSE_CAP - file_size))
+
+
+def parse_is_capped(file_size: int) -> bool:
+    """Whether PARSE_CAP, not the file's size, bounds its parsing: a file that big failing is one of
+    far too many entries, not a small hostile one."""
+    return _PARSE_FACTOR * file_size > PARSE_CAP - file_size
 
 
 def _address_space_in_use() -> int | None:
@@ -54,7 +70,7 @@ def bounded_memory(file_size: int) -> Iterator[None]:
         yield
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    ceiling = in_use + _PARSE_FLOOR + _PARSE_FACTOR * file_size
+    ceiling = in_use + parse_allowance(file_size)
     if hard != resource.RLIM_INFINITY:
         ceiling = min(ceiling, hard)
     if soft != resource.RLIM_INFINITY and soft <= ceiling:

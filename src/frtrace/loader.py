@@ -22,7 +22,7 @@ from . import workers as worker_processes
 from .discover import Discovery, DumpFile
 from .errors import DumpError, InternalError, display_path, printable
 from .fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
-from .limits import MAX_DIMS, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
+from .limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
 from .safe_read import HugeInt, parse_raw, read_raw, short_reason
 from .runs import make_runs
 from .types import (
@@ -387,6 +387,9 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
             raise DumpError(path, f"'entries' is {_shown(raw_entries)} where a list belongs; the file is damaged, leave it out")
     else:
         raise DumpError(path, f"holds {type(raw).__name__} {_shown(raw)}, not a Flight Recorder dump; leave it out")
+    if len(raw_entries) > MAX_ENTRIES:
+        raise DumpError(path, f"holds {len(raw_entries):,} entries, far more entries than a Flight Recorder keeps (2,000 by "
+                              f"default; frtrace reads up to {MAX_ENTRIES:,} from one dump); leave it out, or cut it down")
 
     entries = fastpath.fast_columns(raw_entries, rank, normalizer.stacks)
     if entries is None:

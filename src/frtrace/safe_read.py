@@ -17,7 +17,7 @@ from typing import Any
 
 from .discover import HEAD_BYTES, sniff
 from .errors import DumpError, printable
-from .limits import MAX_DUMP_BYTES, bounded_memory
+from .limits import MAX_DUMP_BYTES, MAX_ENTRIES, PARSE_CAP, bounded_memory, parse_is_capped
 
 
 
@@ -102,6 +102,10 @@ def parse_raw(data: bytes, path: str) -> tuple[Any, str]:
         raise DumpError(path, f"refused: the pickle asks for {printable(str(exc))[:120]}, and a dump holds only data; "
                               "do not trust this file") from None
     except MemoryError:
+        if parse_is_capped(len(data)):
+            raise DumpError(path, f"parsing it needs more than the {PARSE_CAP >> 30} GiB of memory frtrace gives one dump: "
+                                  f"it holds far more entries than a Flight Recorder keeps (2,000 by default; frtrace "
+                                  f"reads up to {MAX_ENTRIES:,}); leave it out, or cut it down") from None
         raise DumpError(path, f"parsing it needs far more memory than a {len(data)}-byte dump can; "
                               "the file is damaged or hostile, leave it out") from None
     except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, AttributeError,
