@@ -102,20 +102,26 @@ def test_send_and_recv_names_are_point_to_point_whatever_is_p2p_says():
 
 
 @pytest.mark.parametrize("raw,expected", [
-    ({"gpu": {"passed": False, "detail": "Xid 79"}, "nic": True}, [("gpu", False, "passed=False: Xid 79"), ("nic", True, "passed")]),
-    ({"gpu": {0: "OK", 1: "FAILED"}}, [("gpu 0", True, "OK"), ("gpu 1", False, "FAILED")]),
-    ({"nic": {"status": "error"}}, [("nic", False, "error")]),
-    ({"x": [1, 2], 10**400: False}, [("?", False, "failed")]),  # a huge key is shown as "?", never converted
+    ({"gpu": {"passed": False, "detail": "Xid 79"}, "nic": True},
+     [("gpu", False, "passed=False", "Xid 79", (("passed", "False"), ("detail", "Xid 79"))), ("nic", True, "passed", "", ())]),
+    ({"gpu": {0: "OK", 1: "FAILED"}}, [("gpu 0", True, "OK", "", ()), ("gpu 1", False, "FAILED", "", ())]),
+    ({"nic": {"status": "error"}}, [("nic", False, "error", "", (("status", "error"),))]),
+    ({"x": [1, 2], 10**400: False}, [("?", False, "failed", "", ())]),  # a huge key is shown as "?", never converted
     ("not a dict", []),
-], ids=["flags", "nested", "status", "odd-keys", "not-a-dict"])
+    # NVRx's layout: the device and the error are the root cause, and are kept
+    ({"gpu": {"status": "failed", "index": 5, "uuid": "GPU-8d2c", "error": "Xid 48: double-bit ECC error", "pids": [1, 2]}},
+     [("gpu", False, "failed", "Xid 48: double-bit ECC error (index 5, uuid GPU-8d2c)",
+       (("status", "failed"), ("index", "5"), ("uuid", "GPU-8d2c"), ("error", "Xid 48: double-bit ECC error")))]),
+], ids=["flags", "nested", "status", "odd-keys", "not-a-dict", "device-and-error"])
 def test_health_check_results_are_read_whatever_their_layout(raw, expected):
-    assert list(health_checks(raw)) == expected
+    assert [tuple(check) for check in health_checks(raw)] == expected
 
 
 def test_health_checks_are_bounded_and_escaped():
     assert len(health_checks({str(i): False for i in range(10_000)})) == 64
-    (check,) = health_checks({"gpu\x1b[2J": {"status": "FAIL"}})
-    assert check == ("gpu\\x1b[2J", False, "FAIL")  # the key's escape sequence is shown escaped
+    (check,) = health_checks({"gpu\x1b[2J": {"status": "FAIL", "error": "\x1b]0;x\x07" + "e" * 5000}})
+    assert check.check == "gpu\\x1b[2J" and check.said == "FAIL"  # the key's escape sequence is shown escaped
+    assert check.detail.startswith("\\x1b]0;x\\x07e") and len(check.detail) < 300 and "\x1b" not in str(check.fields)
 
 
 def _analyse(tmp_path, dumps: dict) -> dict:

@@ -3,6 +3,7 @@ innocent rank, crashed frtrace or left files behind. One test (or a few) per cas
 
 from __future__ import annotations
 
+import json
 import pickle
 import subprocess
 import sys
@@ -109,3 +110,27 @@ def test_a_dump_past_the_entry_cap_is_refused_by_its_count(tmp_path, monkeypatch
     (skipped,) = result.skipped
     assert "holds 101 entries, far more entries than a Flight Recorder keeps" in skipped.reason
     assert "frtrace reads up to 100 from one dump" in skipped.reason
+
+
+# ---------------------------------------------------------------------------- health evidence
+def test_a_culprits_failed_gpu_check_keeps_its_device_and_error_in_every_report(tmp_path, capsys):
+    nvrx = {"gpu": {"status": "failed", "index": 5, "uuid": "GPU-8d2c41", "error": "Xid 48: double-bit ECC error"}}
+    dumps = {r: make_dump(ops(10 if r != 13 else 6)) for r in range(16)}
+    dumps[13]["health_check_results"] = nvrx
+    folder = write_dumps(tmp_path / "d", dumps, prefix="_dump_")
+    assert main(["-d", str(folder), "--json", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")]) == 1
+    said = "rank 13's gpu check failed: Xid 48: double-bit ECC error (index 5, uuid GPU-8d2c41)"
+    out = capsys.readouterr().out
+    assert f"Evidence: majority: 15 of 16 members issued all_reduce #10 of default_pg; rank 13 never did and waits for nobody; " \
+           f"health check: {said}" in out
+    assert "failed health checks  rank 13: gpu: Xid 48: double-bit ECC error (index 5, uuid GPU-8d2c41)" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["health"] == {"13": [{"check": "gpu", "passed": False, "said": "failed",
+                                        "detail": "Xid 48: double-bit ECC error (index 5, uuid GPU-8d2c41)",
+                                        "fields": {"status": "failed", "index": "5", "uuid": "GPU-8d2c41",
+                                                   "error": "Xid 48: double-bit ECC error"}}]}
+    page = (tmp_path / "r.html").read_text()
+    health = page[page.index("<table class='stacks' id='health'>"):]
+    health = health[:health.index("</table>")]
+    assert "rank 13" in health and "Xid 48: double-bit ECC error" in health and "uuid=GPU-8d2c41" in health
+    assert "index=5" in health

@@ -66,6 +66,7 @@ def write_html(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, ou
         "<h1>frtrace report</h1>",
         f"<div class='verdict {escape(analysis.verdict)}' id='verdict'>{escape(analysis.headline)}</div>",
         _evidence(analysis),
+        _health(analysis, dumps),
         _grid(analysis, dumps, table, root),
         _graph(analysis),
         _stacks(analysis, dumps, table, root),
@@ -81,6 +82,18 @@ def _evidence(analysis: Analysis) -> str:
     culprits = (f"<p><b>Culprit rank(s):</b> {escape(format_ranks(analysis.culprit_ranks))}</p>"
                 if analysis.culprit_ranks else "")
     return f"{culprits}<ul class='evidence'>{items}</ul>" if items or culprits else ""
+
+
+def _health(analysis: Analysis, dumps: dict[int, Dump]) -> str:
+    """The culprits' failed health checks with every field they gave (device, uuid, error): often
+    the root cause itself."""
+    rows = [f"<tr><td>rank {rank}</td><td>{escape(check.check)}</td><td>{escape(check.said)}</td>"
+            f"<td>{escape(check.detail)}</td><td>{escape(', '.join(f'{k}={v}' for k, v in check.fields))}</td></tr>"
+            for rank in analysis.culprit_ranks if rank in dumps for check in dumps[rank].health if not check.passed]
+    if not rows:
+        return ""
+    return ("<h2>Failed health checks of the culprits</h2><table class='stacks' id='health'><tr><th>rank</th><th>check</th>"
+            f"<th>status</th><th>what it said</th><th>every field</th></tr>{''.join(rows)}</table>")
 
 
 def _cell_states(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable) -> dict[tuple[int, int], tuple[str, str]]:

@@ -35,6 +35,7 @@ from .types import (
     EntryColumns,
     Frame,
     GroupConfig,
+    HealthCheck,
     LoadResult,
     SkippedFile,
     code_column,
@@ -318,53 +319,73 @@ class CompactDump:
     group_configs: tuple[GroupConfig, ...]
     stacks: tuple[tuple[Frame, ...], ...]
     notes: tuple[str, ...]
-    health: tuple[tuple[str, bool, str], ...] = ()
+    health: tuple[HealthCheck, ...] = ()
     restarted: bool = False
     seq_counter: str = SEQ_PER_GROUP
 
 
 _FAILED = {"fail", "failed", "failure", "error", "unhealthy", "bad", "down", "false"}
 _MAX_CHECKS = 64
+_MAX_FIELDS = 16  # fields kept of one check
+_MESSAGE_KEYS = ("detail", "message", "error", "reason")
+_FLAG_KEYS = ("passed", "healthy", "ok", "success")
 
 
-def health_checks(raw: Any) -> tuple[tuple[str, bool, str], ...]:
-    """(check, passed, what it said) from a dump's health_check_results (NVIDIA's resiliency
-    extension writes GPU and NIC checks there). Its layout is not fixed: a check is a key whose
-    value is a bool, a status word, or a dict with a passed/healthy/ok flag or a status word; at
-    most _MAX_CHECKS, nested one level (gpu: {0: ..., 1: ...})."""
+def health_checks(raw: Any) -> tuple[HealthCheck, ...]:
+    """The checks of a dump's health_check_results (NVIDIA's resiliency extension writes GPU and
+    NIC checks there), each with every field it gave: the device's index and uuid and the error
+    text are often the root cause. Its layout is not fixed: a check is a key whose value is a
+    bool, a status word, or a dict with a passed/healthy/ok flag or a status word; at most
+    _MAX_CHECKS, nested one level (gpu: {0: ..., 1: ...})."""
     if not isinstance(raw, dict):
         return ()
-    found: list[tuple[str, bool, str]] = []
-
-    def verdict(value: Any) -> tuple[bool, str] | None:
-        if isinstance(value, bool):
-            return value, "passed" if value else "failed"
-        if isinstance(value, str):
-            return value.strip().lower() not in _FAILED, clean_text(value[:80])
-        if isinstance(value, dict):
-            message = next((value[k] for k in ("detail", "message", "error", "reason") if isinstance(value.get(k), str)), "")
-            for flag in ("passed", "healthy", "ok", "success"):
-                if isinstance(value.get(flag), bool):
-                    return value[flag], f"{flag}={value[flag]}" + (f": {clean_text(message[:120])}" if message else "")
-            status = value.get("status")
-            if isinstance(status, str):
-                return status.strip().lower() not in _FAILED, clean_text(status[:80])
-        return None
+    found: list[HealthCheck] = []
 
     def label(key: Any) -> str:
         if isinstance(key, str):
             return clean_text(key[:80])
         return str(key) if isinstance(key, int) and abs(key) < 10**18 else "?"
 
+    def text(value: Any) -> str | None:
+        if isinstance(value, str):
+            return clean_text(value[:200])
+        if value is None or isinstance(value, bool) or (isinstance(value, int) and abs(value) < 10**18):
+            return str(value)
+        if isinstance(value, float):
+            return repr(value)
+        return None  # a list, a dict, a huge number: not shown
+
+    def check(name: str, value: Any) -> HealthCheck | None:
+        if isinstance(value, bool):
+            return HealthCheck(name, value, "passed" if value else "failed")
+        if isinstance(value, str):
+            return HealthCheck(name, value.strip().lower() not in _FAILED, clean_text(value[:80]))
+        if not isinstance(value, dict):
+            return None
+        fields = tuple((label(k), shown) for k, v in islice(value.items(), _MAX_FIELDS) if (shown := text(v)) is not None)
+        message_key = next((k for k in _MESSAGE_KEYS if isinstance(value.get(k), str)), None)
+        flag_key = next((k for k in _FLAG_KEYS if isinstance(value.get(k), bool)), None)
+        status = value.get("status")
+        if flag_key is not None:
+            passed, said, used = value[flag_key], f"{flag_key}={value[flag_key]}", flag_key
+        elif isinstance(status, str):
+            passed, said, used = status.strip().lower() not in _FAILED, clean_text(status[:80]), "status"
+        else:
+            return None
+        others = [f"{k} {v}" for k, v in fields if k not in (used, message_key)]
+        message = clean_text(value[message_key][:200]) if message_key else ""
+        detail = " ".join(part for part in (message, f"({', '.join(others)})" if others else "") if part)
+        return HealthCheck(name, passed, said, detail, fields)
+
     for key, value in islice(raw.items(), _MAX_CHECKS):
-        said = verdict(value)
+        said = check(label(key), value)
         if said is not None:
-            found.append((label(key), *said))
+            found.append(said)
         elif isinstance(value, dict):
             for inner, item in islice(value.items(), _MAX_CHECKS):
-                said = verdict(item)
+                said = check(f"{label(key)} {label(inner)}", item)
                 if said is not None:
-                    found.append((f"{label(key)} {label(inner)}", *said))
+                    found.append(said)
     return tuple(found[:_MAX_CHECKS])
 
 

@@ -82,10 +82,11 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
         shown = [f"rank {c['rank']}: {c['file'] or 'no file'}" + (f" (host {c['host']})" if c["host"] else "")
                  for c in culprit_files(analysis, sources or {})[:8]]
         summary.append(["culprit files", "; ".join(shown) + ("; ..." if len(analysis.culprit_ranks) > 8 else "")])
-    failing = {rank: [c for c, passed, _ in dump.health if not passed] for rank, dump in dumps.items()}
+    failing = {rank: [c.failure_text() for c in dump.health if not c.passed] for rank, dump in dumps.items()}
     failing = {rank: checks for rank, checks in failing.items() if checks}
-    if failing:
-        summary.append(["failed health checks", "; ".join(f"rank {r}: {', '.join(c[:4])}" for r, c in list(failing.items())[:8])])
+    if failing:  # the culprits' first: their device and error are what a person acts on
+        ordered = sorted(failing, key=lambda r: (r not in analysis.culprit_ranks, r))
+        summary.append(["failed health checks", "; ".join(f"rank {r}: {', '.join(failing[r][:4])}" for r in ordered[:8])])
     if skipped:
         summary.append(["files skipped", str(len(skipped))])
     print(tabulate(summary, tablefmt="plain"), file=out)
@@ -103,7 +104,8 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
 
 
-JSON_SCHEMA_VERSION = 5  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health
+JSON_SCHEMA_VERSION = 6  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
+# 6: each health check's detail and fields
 
 
 def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: tuple[SkippedFile, ...] = (),
@@ -136,7 +138,8 @@ def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: t
         ],
         "skipped_files": [{"path": s.path, "reason": s.reason} for s in skipped],
         "ignored_files": [{"path": s.path, "reason": s.reason} for s in ignored],
-        "health": {str(rank): [{"check": c, "passed": passed, "said": said} for c, passed, said in dump.health]
+        "health": {str(rank): [{"check": c.check, "passed": c.passed, "said": c.said, "detail": c.detail,
+                                "fields": dict(c.fields)} for c in dump.health]
                    for rank, dump in (dumps or {}).items() if dump.health},
     }
 

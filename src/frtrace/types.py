@@ -26,6 +26,20 @@ class Frame:
         return f"{self.name} at {self.filename}:{self.line}"
 
 
+class HealthCheck(NamedTuple):
+    """One check of a dump's health_check_results (NVIDIA's resiliency extension: GPU, NIC)."""
+
+    check: str  # what was checked: "gpu", "gpu 5", "nic0"
+    passed: bool
+    said: str  # its status in its own words: "failed", "passed=False", "FAIL"
+    detail: str = ""  # the rest of what it said: "Xid 48: double-bit ECC error (index 5, uuid GPU-...)"
+    fields: tuple[tuple[str, str], ...] = ()  # every field it gave, as text, in its order
+
+    def failure_text(self) -> str:
+        """"gpu: Xid 48: ... (index 5, uuid GPU-...)", or the check's name where it said no more."""
+        return f"{self.check}: {self.detail}" if self.detail else self.check
+
+
 class Entry(NamedTuple):
     """One Flight Recorder record, normalized across format versions.
 
@@ -251,7 +265,7 @@ class Dump:
     group_configs: tuple[GroupConfig, ...]  # empty when pg_config is absent or useless
     stacks: tuple[tuple[Frame, ...], ...] = ()
     notes: tuple[str, ...] = ()  # oddities worth a warning that did not stop the load
-    health: tuple[tuple[str, bool, str], ...] = ()  # (check, passed, what it said): NVRx health_check_results
+    health: tuple[HealthCheck, ...] = ()  # NVRx health_check_results
     restarted: bool = False  # reset_fr_trace(): records count from 0 again, older ops are gone
     seq_counter: str = SEQ_PER_GROUP  # what the collective seq ids count (SEQ_*)
 

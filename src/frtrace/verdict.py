@@ -108,9 +108,14 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
             evidence = ["every collective matched on every member that issued it; nobody waits for another rank"]
 
     for rank in sorted(set(culprits)):
-        failed = [check for check, passed, _ in (dumps[rank].health if rank in dumps else ()) if not passed]
-        if failed:
-            evidence.append(f"health check: rank {rank}'s {', '.join(failed[:4])} check{'s' if len(failed) > 1 else ''} failed")
+        failed = [check for check in (dumps[rank].health if rank in dumps else ()) if not check.passed]
+        if len(failed) == 1:  # what it said is often the root cause itself: the device and its error
+            evidence.append(f"health check: rank {rank}'s {failed[0].check} check failed"
+                            + (f": {failed[0].detail}" if failed[0].detail else ""))
+        elif failed:
+            said = [check.failure_text() for check in failed[:4] if check.detail]
+            evidence.append(f"health check: rank {rank}'s {', '.join(check.check for check in failed[:4])} checks failed"
+                            + (f" ({'; '.join(said)})" if said else ""))
     decided_by = "; ".join(dict.fromkeys(evidence))
     final = tuple(
         Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks,
