@@ -134,3 +134,52 @@ def test_a_culprits_failed_gpu_check_keeps_its_device_and_error_in_every_report(
     health = health[:health.index("</table>")]
     assert "rank 13" in health and "Xid 48: double-bit ECC error" in health and "uuid=GPU-8d2c41" in health
     assert "index=5" in health
+
+
+# ---------------------------------------------------------------------------- disagreeing configs
+def _configured(world_of: dict[int, int], short: int = 5, world: int = 16) -> dict[int, dict]:
+    """`world` ranks, each listing world_of.get(rank, world) ranks in its default group; `short` stops after #6."""
+    def config(n: int) -> dict:
+        return {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(n)))}}
+    return {r: make_dump(ops(6 if r == short else 10), pg_config=config(world_of.get(r, world))) for r in range(world)}
+
+
+def test_one_ranks_config_disagreeing_with_the_others_is_a_note_not_evidence(tmp_path):
+    folder = write_dumps(tmp_path / "d", _configured({3: 17}))
+    assert main(["-d", str(folder), "--json", str(tmp_path / "r.json")]) == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["culprit_ranks"] == [5] and report["ranks_missing"] == []
+    assert report["headline"].startswith("DESYNC: rank 5 never joined all_reduce #10 of default_pg (15 ranks wait in it)")
+    assert "rank 3" not in report["headline"] and not any(3 in f["ranks"] for f in report["findings"])
+
+
+def test_the_disagreement_is_said_and_a_tie_uses_neither_list():
+    from frtrace.groups import resolve_groups
+    from frtrace.loader import normalize
+
+    def table(world_of, world=16):
+        dumps = {r: normalize(raw, r, f"r{r}", "pickle") for r, raw in _configured(world_of, world=world).items()}
+        return resolve_groups(dumps)
+
+    odd = table({3: 17, 9: 17})
+    (default,) = odd.groups
+    assert default.ranks == tuple(range(16)) and not default.inferred
+    assert "ranks 3, 9's pg_config lists 17 ranks in default_pg (pg 0) where 14 other ranks' configs list 16: " \
+           "their list is used, their config is not" in odd.warnings
+    tie = table({0: 3}, world=2)  # rank 0 says 3 ranks, rank 1 says 2: neither list is used
+    (default,) = tie.groups
+    assert default.inferred and default.ranks == (0, 1)
+    assert any("no list is used, membership is inferred from the entries" in w for w in tie.warnings)
+
+
+def test_groups_of_one_name_with_disjoint_members_are_two_groups():
+    from frtrace.groups import outvoted_configs
+    from frtrace.loader import normalize
+
+    def split(rank: int) -> dict:
+        members = [0, 1] if rank < 2 else [2, 3]
+        config = {"9f": {"name": "9f", "desc": "tp", "ranks": str(members)}}
+        return make_dump(ops(3, pg="9f", desc="tp"), pg_config=config)
+
+    dumps = {r: normalize(split(r), r, f"r{r}", "pickle") for r in range(4)}
+    assert outvoted_configs(dumps) == (set(), [])

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from math import prod
 
-from .types import Dump, Group
+from .types import Dump, Group, GroupConfig
 
 _GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
 _SCATTER_OPS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"})
@@ -49,6 +49,70 @@ def _size_hints(dumps: dict[int, Dump]) -> dict[str, int]:
     return {name: counts.most_common(1)[0][0] for name, counts in votes.items()}
 
 
+def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, GroupConfig]], list[str]]:
+    """The (rank, config) pairs whose membership most ranks' configs contradict, and a note for each.
+
+    A group's name with two member lists that share a rank is one group described two ways (rank 3
+    lists 17 ranks where 15 others list 16): the list most ranks give stands, the others are set
+    aside as notes, never evidence against anyone. On a tie no list stands, and membership is
+    inferred from the entries. Lists that share no rank are different groups of one name
+    (split_group), and all stand."""
+    holders: dict[str, dict[tuple[int, ...], list[tuple[int, GroupConfig]]]] = defaultdict(lambda: defaultdict(list))
+    for rank, dump in dumps.items():
+        for config in dump.group_configs:
+            holders[config.name][config.ranks].append((rank, config))
+    outvoted: set[tuple[int, GroupConfig]] = set()
+    notes: list[str] = []
+    for name, lists in holders.items():
+        if len(lists) < 2:
+            continue
+        for cluster in _overlapping(list(lists)):
+            if len(cluster) < 2:
+                continue
+            ranked = sorted(cluster, key=lambda ranks: -len(lists[ranks]))
+            winner = ranked[0] if len(lists[ranked[0]]) > len(lists[ranked[1]]) else None
+            for ranks in ranked:
+                if ranks == winner:
+                    continue
+                outvoted.update(lists[ranks])
+                who = sorted(rank for rank, _ in lists[ranks])
+                label = lists[ranks][0][1].desc or name
+                if winner is None:
+                    notes.append(f"the pg_configs of {_ranks_word(who)} list {len(ranks)} ranks in {label} (pg {name}), "
+                                 "where other ranks' configs list others as often: no list is used, membership is "
+                                 "inferred from the entries")
+                else:
+                    notes.append(f"{_ranks_word(who)}'s pg_config lists {len(ranks)} ranks in {label} (pg {name}) where "
+                                 f"{len(lists[winner])} other ranks' configs list {len(winner)}: their list is used, "
+                                 f"{'its' if len(who) == 1 else 'their'} config is not")
+    return outvoted, notes
+
+
+def _overlapping(member_lists: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
+    """The lists in clusters of lists that share ranks, each list in one cluster."""
+    cluster_of: dict[int, int] = {}  # rank -> cluster index
+    clusters: list[list[tuple[int, ...]]] = []
+    for ranks in sorted(member_lists, key=len, reverse=True):
+        joined = sorted({cluster_of[r] for r in ranks if r in cluster_of})
+        if not joined:
+            target = len(clusters)
+            clusters.append([])
+        else:
+            target = joined[0]
+            for other in joined[1:]:  # this list links clusters: merge them into the first
+                for moved in clusters[other]:
+                    cluster_of.update((r, target) for r in moved)
+                clusters[target].extend(clusters[other])
+                clusters[other] = []
+        clusters[target].append(ranks)
+        cluster_of.update((r, target) for r in ranks)
+    return [c for c in clusters if c]
+
+
+def _ranks_word(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
 def resolve_groups(
     dumps: dict[int, Dump],
     ranks_named: frozenset[int] = frozenset(),
@@ -66,9 +130,13 @@ def resolve_groups(
     def replica_base(rank: int) -> int:
         return (rank // ft_group_world_size) * ft_group_world_size if ft_group_world_size else 0
 
-    # 1. configured groups
+    # 1. configured groups: the membership most ranks agree on
+    outvoted, disagreements = outvoted_configs(dumps)
+    warnings.extend(disagreements)
     for rank, dump in dumps.items():
         for config in dump.group_configs:
+            if (rank, config) in outvoted:
+                continue
             ranks = config.ranks
             if ft_group_world_size and config.desc == "default_pg":
                 ranks = tuple(r + replica_base(rank) for r in ranks)
@@ -99,6 +167,7 @@ def resolve_groups(
                 users[kind.pg_name].add(rank)
                 if descs.get(kind.pg_name, "undefined") == "undefined":
                     descs[kind.pg_name] = kind.pg_desc
+    borrowed.difference_update(rank for rank, _ in outvoted)  # said by their own note
     if borrowed:
         warnings.append(f"rank(s) {', '.join(map(str, sorted(borrowed)))}: pg_config missing, empty or without some "
                         "groups; membership taken from the other ranks' configs, which list them")

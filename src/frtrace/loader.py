@@ -22,6 +22,7 @@ from . import workers as worker_processes
 from .discover import Discovery, DumpFile
 from .errors import DumpError, InternalError, display_path, printable
 from .fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
+from .groups import outvoted_configs
 from .limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
 from .safe_read import HugeInt, parse_raw, read_raw, short_reason
 from .runs import make_runs
@@ -607,9 +608,11 @@ def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iter
 
 
 def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
-    """The world size the default group's pg_config gives, where any dump has one."""
-    sizes = [max(c.ranks) + 1 for d in dumps.values() for c in d.group_configs
-             if c.desc == "default_pg" or (c.name == "0" and c.desc in ("", "undefined"))]
+    """The world size the default group's pg_config gives, where any dump has one that the
+    other ranks' configs do not outvote."""
+    outvoted, _ = outvoted_configs(dumps)
+    sizes = [max(c.ranks) + 1 for rank, d in dumps.items() for c in d.group_configs
+             if (c.desc == "default_pg" or (c.name == "0" and c.desc in ("", "undefined"))) and (rank, c) not in outvoted]
     return max(sizes) if sizes else None
 
 
