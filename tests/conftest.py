@@ -63,6 +63,22 @@ def generated_job(directory: Path, ranks: int, entries: int = 2000) -> Path:
     return directory
 
 
+_PROBE = ("import pickle, resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True); "
+          "sys.stdout.buffer.write(pickle.dumps((done.returncode, done.stdout, done.stderr, "
+          "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)))")
+
+
+def peak_of_run(argv: list[str], timeout: float = 300) -> tuple[subprocess.CompletedProcess, int]:
+    """Run `argv` (bytes out) and return it with the peak resident memory, in bytes, of its largest
+    process or descendant. Measured from a fresh intermediate process: the test process's own
+    RUSAGE_CHILDREN keeps the largest child it ever had, whatever test started it."""
+    import pickle
+
+    probe = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, timeout=timeout, check=True)
+    code, out, err, peak_kb = pickle.loads(probe.stdout)
+    return subprocess.CompletedProcess(argv, code, out, err), peak_kb * 1024
+
+
 def scenario_dirs() -> list[Path]:
     return sorted(p.parent for p in FIXTURES.glob("*/expected.json"))
 

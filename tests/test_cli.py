@@ -118,14 +118,15 @@ def test_sqlite_is_written_beside_its_target_and_never_in_place(tmp_path, monkey
     real = sqlite_out.write_sqlite
     seen = []
 
-    def watched(db, dumps, table, path):
-        real(db, dumps, table, path)
-        seen.append((path, target.read_bytes()))
+    def watched(db, dumps, table, path, opened):
+        real(db, dumps, table, path, opened)
+        seen.append((path, target.read_bytes(), os.path.exists(path)))
 
     monkeypatch.setattr(sqlite_out, "write_sqlite", watched)  # imported by the run when --sqlite asks for it
     assert main(["-d", SKIP, "--sqlite", str(target)]) == 1
-    ((written_to, target_then),) = seen
+    ((written_to, target_then, named),) = seen
     assert Path(written_to).parent == tmp_path and Path(written_to) != target and target_then == b"old"
+    assert not named  # its name was taken away once SQLite had it open
     assert target.read_bytes().startswith(b"SQLite format 3") and sorted(os.listdir(tmp_path)) == ["hang.db"]
 
 
@@ -136,8 +137,8 @@ def test_a_failure_while_writing_sqlite_leaves_the_old_file(tmp_path, monkeypatc
     target.write_bytes(b"old")
     real = sqlite_out.write_sqlite
 
-    def broken(db, dumps, table, path):
-        real(db, dumps, table, path)  # a whole database, then the failure: it must not be renamed into place
+    def broken(db, dumps, table, path, opened):
+        real(db, dumps, table, path, opened)  # a whole database, then the failure: it must not be renamed into place
         raise OSError(28, "No space left on device")
 
     if failure == "disk full":  # SQLite's own error, from a database that cannot grow past 2 pages

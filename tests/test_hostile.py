@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, generated_job, make_dump, ops, write_dumps
+from conftest import FIXTURES, generated_job, make_dump, ops, peak_of_run, write_dumps
 from frtrace import cli
 from frtrace.cli import main
 
@@ -248,17 +248,8 @@ def _with_raw_value(dump: dict, marker: str, opcodes: bytes) -> bytes:
 
 def _load_in_subprocess(folder: Path, *extra: str) -> tuple[subprocess.CompletedProcess, float]:
     """Run frtrace on `folder`; the peak RSS (MiB) of its largest process."""
-    start = time.time()
-    process = subprocess.Popen([sys.executable, "-m", "frtrace", "-d", str(folder), *extra],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    stdout, stderr = process.stdout.read(), process.stderr.read()
-    process.stdout.close()
-    process.stderr.close()
-    assert time.time() - start < 60
-    children = __import__("resource").getrusage(__import__("resource").RUSAGE_CHILDREN).ru_maxrss / 1024
-    result = subprocess.CompletedProcess(process.args, os.waitstatus_to_exitcode(status), stdout, stderr)
-    return result, max(usage.ru_maxrss / 1024, children)
+    result, peak = peak_of_run([sys.executable, "-m", "frtrace", "-d", str(folder), *extra], timeout=60)
+    return result, peak / (1 << 20)
 
 
 NESTED = b"N" + b"\x85" * 200_000  # None in a tuple in a tuple ... 200,000 deep: hashing it recurses in C
@@ -449,11 +440,26 @@ def test_a_file_name_with_a_newline_makes_a_one_line_message(tmp_path, capsys):
     (dumps / "x\n\x1b[2Jrank_2").write_bytes(b"\x80\x02broken")
     main(["-d", str(dumps)])
     err = capsys.readouterr().err
-    (line,) = [l for l in err.splitlines() if "skipped" in l]
+    (line,) = [said for said in err.splitlines() if "skipped" in said]
     assert "x\\x0a\\x1b[2Jrank_2" in line and "\x1b" not in err
 
 
 # ---------------------------------------------------------------------------- signals and several outputs
+def wait_until_staging(process: subprocess.Popen, folder: Path, timeout: float = 60) -> None:
+    """Wait until `process` holds a file open in `folder` (an output being written, named or not:
+    /proc/PID/fd shows an unnamed one as `folder/#inode (deleted)`), or has ended."""
+    deadline = time.time() + timeout
+    prefix = str(folder) + os.sep
+    while process.poll() is None and time.time() < deadline:
+        try:
+            targets = [os.readlink(f"/proc/{process.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{process.pid}/fd")]
+        except OSError:  # an fd closed while listed
+            continue
+        if any(target.startswith(prefix) for target in targets):
+            return
+        time.sleep(0.002)
+
+
 @pytest.mark.process
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_and_sighup_leave_no_temporary_file(tmp_path, signum):
@@ -463,10 +469,7 @@ def test_sigterm_and_sighup_leave_no_temporary_file(tmp_path, signum):
     process = subprocess.Popen([sys.executable, "-m", "frtrace", "-d", str(data), "-o", str(out / "db.pkl"),
                                 "--sqlite", str(out / "x.db"), "--chrome-trace", str(out / "t.json")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # stop it while it writes: the outputs' temporary files appear in `out`
-    deadline = time.time() + 60
-    while not os.listdir(out) and process.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
+    wait_until_staging(process, out)  # stop it while it writes its outputs
     process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=60)
     if process.returncode in (0, 1):  # finished before the signal landed: every output whole
@@ -493,23 +496,34 @@ def test_an_interrupt_between_two_outputs_replaces_neither_and_says_so(tmp_path,
     assert sorted(os.listdir(tmp_path)) == ["db.pkl", "t.json"]
 
 
-def test_outputs_are_staged_as_hidden_files_named_after_their_targets(tmp_path, monkeypatch):
-    """What a crash could leave behind must say what it was and not look like a dump or an output:
-    `.db.pkl.<random>.tmp` beside `db.pkl`; a stream's beside nothing of the user's (the system's
-    temporary folder, never the working directory, which may be the dump folder)."""
+@pytest.mark.parametrize("tmpfile", [True, False], ids=["O_TMPFILE", "unlinked temporary file"])
+def test_outputs_are_staged_unnamed_and_named_after_their_targets_only_to_be_renamed(tmp_path, monkeypatch, tmpfile):
+    """While outputs are written nothing of theirs has a name (an unnamed O_TMPFILE, or where the
+    system has none a temporary file unlinked once open), so no stop, SIGKILL included, leaves
+    anything behind; at the commit each is named `.db.pkl.<random>.tmp` beside `db.pkl` and renamed
+    over it; a stream's is staged in the system's temporary folder, never the working directory
+    (which may be the dump folder)."""
     from frtrace import output
 
-    staged = []
-    real_replace, real_copy = os.replace, output._copy_to_stream
-    monkeypatch.setattr(output.os, "replace", lambda source, target: staged.append((source, target)) or real_replace(source, target))
-    monkeypatch.setattr(output, "_copy_to_stream", lambda temp, plan: staged.append((temp, "-")) or real_copy(temp, plan))
+    if not tmpfile:
+        monkeypatch.delattr(output.os, "O_TMPFILE")
+    seen = {}
+    real_replace, real_stage = os.replace, output.Outputs.stage
+
+    def stage(self, flag, write):
+        real_stage(self, flag, write)
+        seen[flag] = (os.listdir(tmp_path), os.readlink(f"/proc/self/fd/{self.staged[-1][1]}"))
+
+    monkeypatch.setattr(output.Outputs, "stage", stage)
+    monkeypatch.setattr(output.os, "replace", lambda source, target: seen.setdefault("replace", (source, target)) and real_replace(source, target))
     monkeypatch.chdir(tmp_path)
     assert main(["-d", str(SKIP), "-o", str(tmp_path / "db.pkl"), "--json", "-"]) == 1
-    (temp, target), (stream_temp, _) = sorted(staged, key=lambda pair: pair[1] == "-")
+    assert seen["-o"][0] == [] and seen["--json"][0] == []  # staged, and nothing named in the folder
+    assert seen["-o"][1].startswith(str(tmp_path) + "/") and seen["-o"][1].endswith(" (deleted)")
+    assert seen["--json"][1].startswith(tempfile.gettempdir() + "/") and seen["--json"][1].endswith(" (deleted)")
+    temp, target = seen["replace"]
     assert target == str(tmp_path / "db.pkl") and os.path.dirname(temp) == str(tmp_path)
     assert re.fullmatch(r"\.db\.pkl\.\w+\.tmp", os.path.basename(temp)), temp
-    assert os.path.dirname(stream_temp) == tempfile.gettempdir()
-    assert re.fullmatch(r"\.frtrace\.\w+\.tmp", os.path.basename(stream_temp)), stream_temp
     assert sorted(os.listdir(tmp_path)) == ["db.pkl"]
 
 

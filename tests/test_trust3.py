@@ -4,6 +4,7 @@ innocent rank, crashed frtrace or left files behind. One test (or a few) per cas
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import entry, make_dump, ops, write_dumps
+from conftest import FIXTURES, entry, generated_job, make_dump, ops, peak_of_run, write_dumps
 from frtrace.cli import main
 from frtrace.discover import find_dump_files as loader_discovery
 
@@ -73,17 +74,6 @@ def test_the_one_pass_runs_of_many_groups_equal_the_masked_runs(monkeypatch):
             list(run.positions), run.first_seq, bytes(run.kinds), bytes(run.states)), name
 
 
-def _peak_of_run(*argv: str) -> tuple[subprocess.CompletedProcess, int]:
-    """frtrace run as a user would, and the peak resident memory (bytes) of it or any of its workers."""
-    probe = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-             "sys.stdout.write(p.stderr + '\\0' + p.stdout + '\\0' + str(p.returncode) + '\\0' + "
-             "str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))")
-    done = subprocess.run([sys.executable, "-c", probe, sys.executable, "-m", "frtrace", *argv],
-                          capture_output=True, text=True, timeout=300)
-    err, out, code, peak_kb = done.stdout.split("\0")
-    return subprocess.CompletedProcess(argv, int(code), out, err), int(peak_kb) * 1024
-
-
 @pytest.mark.process
 def test_a_dump_of_far_more_entries_than_a_recorder_keeps_is_refused_within_a_bounded_memory(tmp_path):
     tiny = [{"record_id": i, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": i + 1, "p2p_seq_id": 0,
@@ -92,9 +82,9 @@ def test_a_dump_of_far_more_entries_than_a_recorder_keeps_is_refused_within_a_bo
     dumps = write_dumps(tmp_path / "d", {r: make_dump(ops(10 if r != 2 else 6)) for r in range(4)})
     (dumps / "nccl_trace_rank_1").write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "entries": tiny}, protocol=2))
     del tiny
-    done, peak = _peak_of_run("-d", str(dumps), "--jobs", "1")
+    done, peak = peak_of_run([sys.executable, "-m", "frtrace", "-d", str(dumps), "--jobs", "1"])
     assert done.returncode == 1, done.stderr
-    (line,) = [line for line in done.stderr.splitlines() if "nccl_trace_rank_1" in line]
+    (line,) = [line for line in done.stderr.decode().splitlines() if "nccl_trace_rank_1" in line]
     assert "far more entries than a Flight Recorder keeps" in line and "1,000,000" in line
     assert peak < 1536 << 20, f"peak {peak >> 20} MiB"
     print(f"peak {peak >> 20} MiB")
@@ -183,3 +173,77 @@ def test_groups_of_one_name_with_disjoint_members_are_two_groups():
 
     dumps = {r: normalize(split(r), r, f"r{r}", "pickle") for r in range(4)}
     assert outvoted_configs(dumps) == (set(), [])
+
+
+# ---------------------------------------------------------------------------- environment
+SKIP = FIXTURES / "skip_rank2"  # real gloo dumps: rank 2 skipped a collective
+
+
+def _frtrace(*argv: str, preexec=None, encoding="utf-8", **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "frtrace", *argv], capture_output=True, encoding=encoding, timeout=120,
+                          preexec_fn=preexec, **kw)
+
+
+@pytest.mark.process
+def test_a_closed_standard_output_keeps_the_verdicts_status_and_the_outputs(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "frtrace", "-d", str(SKIP), "-o", str(tmp_path / "db.pkl")],
+                          stdout=None, stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == "frtrace: standard output is closed: the report was not printed (the exit status is the verdict's)"
+    assert (tmp_path / "db.pkl").stat().st_size > 1000
+
+
+@pytest.mark.process
+def test_a_closed_standard_error_puts_nothing_into_the_report(tmp_path):
+    done = _frtrace("-d", str(SKIP), "-o", str(tmp_path / "db.pkl"), preexec=lambda: os.close(2))
+    assert done.returncode == 1
+    assert done.stdout.startswith("DESYNC: rank 2 never joined") and "internal error" not in done.stdout
+    assert sorted(os.listdir(tmp_path)) == ["db.pkl"]
+
+
+@pytest.mark.process
+def test_a_relative_output_from_a_deleted_working_directory_is_one_line(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+
+    def leave_a_deleted_folder():
+        os.chdir(gone)
+        os.rmdir(gone)
+
+    done = _frtrace("-d", str(SKIP), "-o", "db.pkl", preexec=leave_a_deleted_folder)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("frtrace: db.pkl: a relative path, but the working directory no longer exists; "
+                           "cd to an existing folder or give an absolute path\n")
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_an_output_encoding_that_cannot_hold_a_dumps_text_escapes_it(tmp_path, encoding):
+    dumps = {r: make_dump([entry(seq=s, desc="données_模型") for s in range(1, (6 if r == 2 else 10) + 1)]) for r in range(4)}
+    folder = write_dumps(tmp_path / "d", dumps)
+    done = _frtrace("-d", str(folder), "-v", env={**os.environ, "PYTHONIOENCODING": encoding}, encoding=encoding)
+    assert done.returncode == 1, done.stderr
+    assert "\\u6a21\\u578b" in done.stdout.splitlines()[0] and "Traceback" not in done.stderr
+
+
+def test_a_legal_250_character_output_name_is_written(tmp_path):
+    target = tmp_path / ("r" * 246 + ".pkl")
+    assert main(["-d", str(SKIP), "-o", str(target)]) == 1
+    assert os.listdir(tmp_path) == [target.name] and target.stat().st_size > 1000
+
+
+@pytest.mark.process
+def test_sigkill_while_outputs_are_written_leaves_nothing_in_their_folder(tmp_path):
+    from test_hostile import wait_until_staging
+
+    data = generated_job(tmp_path / "dumps", ranks=64)
+    out = tmp_path / "out"
+    out.mkdir()
+    process = subprocess.Popen([sys.executable, "-m", "frtrace", "-d", str(data), "-o", str(out / "db.pkl"),
+                                "--sqlite", str(out / "x.db"), "--chrome-trace", str(out / "t.json")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until_staging(process, out)
+    assert process.poll() is None, "the run ended before it wrote its outputs"
+    process.kill()
+    process.wait(timeout=60)
+    assert os.listdir(out) == []

@@ -28,7 +28,7 @@ from .groups import GroupTable, resolve_groups
 from .loader import load_dumps
 from .types import LoadResult
 from .matcher import analyze, format_ranks
-from .output import Outputs, plan_outputs
+from .output import Outputs, plan_outputs, resolved
 from .report import render_entries, render_text, report_dict
 from .timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks, write_chrome_trace
 
@@ -282,8 +282,8 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                 if options.sqlite:
                     from .sqlite_out import write_sqlite  # the optional outputs' modules: imported when asked for
 
-                    with outputs.stage_path("--sqlite") as temp:
-                        write_sqlite(db, loaded.dumps, table, temp)
+                    with outputs.stage_path("--sqlite") as (temp, opened):
+                        write_sqlite(db, loaded.dumps, table, temp, opened)
             if options.chrome_trace:
                 outputs.stage("--chrome-trace", lambda f: _write_trace(f, analysis, loaded.dumps, table, options, trace_ranks))
             if options.html:
@@ -326,13 +326,19 @@ _CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7f, 0xa0)] if c n
 
 
 class TerminalSafe:
-    """A text stream that escapes control characters on their way to a terminal."""
+    """A text stream that escapes control characters on their way to a terminal, and what its
+    encoding cannot hold (PYTHONIOENCODING=ascii, a latin-1 terminal) as backslash escapes."""
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
 
     def write(self, text: str) -> int:
-        return self.stream.write(text.translate(_CONTROLS))
+        text = text.translate(_CONTROLS)
+        try:
+            return self.stream.write(text)
+        except UnicodeEncodeError:  # raised before anything is written
+            encoding = getattr(self.stream, "encoding", None) or "ascii"
+            return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
 
     def flush(self) -> None:
         self.stream.flush()
@@ -382,10 +388,33 @@ def _internal_error(exc: BaseException, where: str, traceback_text: str) -> int:
 
 def _say(line: str) -> None:
     """One line on stderr; a stderr that cannot take it does not turn into a traceback."""
+    if sys.stderr is None:  # closed: print(file=None) would write to stdout, into the report
+        return
     try:
         print(f"frtrace: {printable(line)}", file=sys.stderr, flush=True)
     except (OSError, ValueError):
         pass
+
+
+def _open_standard_streams() -> dict[str, TextIO | None]:
+    """Standard streams a run can use even when the caller closed them (`frtrace ... >&-`): a closed
+    descriptor 0, 1 or 2 is opened on /dev/null, so that no file frtrace opens later takes its
+    number (messages would land in it), and a missing sys.stdout or sys.stderr writes there.
+    Returns what was replaced, by name, for main to put back."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: the lowest free descriptor is this one
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    replaced = {}
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        if getattr(sys, name) is None:
+            replaced[name] = None
+            setattr(sys, name, open(fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False))
+    return replaced
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -399,13 +428,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP):  # handled like Ctrl-C: nothing half-written stays
             previous[signum] = signal.signal(signum, _on_signal)
     argv = list(sys.argv[1:] if argv is None else argv)
+    replaced = _open_standard_streams()
     try:
         if argv[:1] == ["replay"]:
             return run_replay(parse_replay(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         if argv[:1] == ["compare"]:
             return run_compare(parse_compare(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         options = parse_options(argv, stderr_is_tty=sys.stderr.isatty())
-        return run(options, TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
+        status = run(options, TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
+        if "stdout" in replaced:
+            _say("standard output is closed: the report was not printed (the exit status is the verdict's)")
+        return status
     except FrtraceError as exc:
         _say(str(exc))
         return exc.exit_code
@@ -431,6 +464,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signum, handler)
         if collecting:
             gc.enable()
+        for name, stream in replaced.items():
+            getattr(sys, name).flush()
+            setattr(sys, name, stream)
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,12 +565,13 @@ def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
     """Write the replay plan into a new folder; the dumps are never written to."""
     from .replay_plan import build_plan
 
-    target = os.path.abspath(options.out_dir)
-    source = os.path.abspath(options.trace_dir)
+    target = resolved(options.out_dir)  # through links: alias/replay with alias -> dumps is inside the dumps
+    source = resolved(options.trace_dir)
     if target == source or target.startswith(source + os.sep) or source.startswith(target + os.sep):
         raise UsageError(f"{display_path(options.out_dir)}: inside or around the dump set {display_path(options.trace_dir)}; "
                          "write the replay somewhere else")
-    if os.path.lexists(target) and (not os.path.isdir(target) or os.path.islink(target) or os.listdir(target)):
+    given = options.out_dir
+    if os.path.lexists(given) and (not os.path.isdir(given) or os.path.islink(given) or os.listdir(given)):
         raise UsageError(f"{display_path(options.out_dir)}: exists and is not an empty folder; frtrace replay never writes "
                          "over anything: choose a new folder")
     loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs)

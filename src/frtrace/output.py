@@ -3,14 +3,16 @@
 Every output is checked before the analysis starts (plan_outputs): it must not be the dump
 folder's file or another output's, and what it names must be a regular file (replaced), a
 place for a new one (created), or a stream (standard output, a character device, a FIFO:
-written through, never replaced). Each output is then written to a temporary file (Outputs.stage)
-and, only when all were written, the files are renamed over their targets one after the other
-with signals held off, so an interrupted run changes no output, or all of them.
+written through, never replaced). Each output is then written to an unnamed file (Outputs.stage)
+and, only when all were written, the files are named and renamed over their targets one after
+the other with signals held off, so an interrupted run changes no output, or all of them, and
+leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import stat
@@ -58,6 +60,16 @@ def _folder_files(directory: str) -> set[tuple[int, int]]:
     return found
 
 
+def resolved(path: str) -> str:
+    """os.path.realpath, or a UsageError where a relative path cannot be resolved: the working
+    directory was deleted (a job's scratch folder cleaned up under a shell still in it)."""
+    try:
+        return os.path.realpath(path)
+    except FileNotFoundError:
+        raise UsageError(f"{display_path(path)}: a relative path, but the working directory no longer exists; "
+                         "cd to an existing folder or give an absolute path") from None
+
+
 def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> list[PlannedOutput]:
     """Check every (flag, path, what, binary) before any work: UsageError (exit 2) for an output
     that is the same file as another output or as any file under `dump_dir`, or that would land
@@ -72,7 +84,7 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> 
             folder = {(info.st_dev, info.st_ino)}
         except OSError:
             folder = set()
-    real_dump_dir = os.path.realpath(dump_dir)
+    real_dump_dir = resolved(dump_dir)
     for flag, path, what, binary in requested:
         shown = display_path(path)
         if path == "-":
@@ -85,7 +97,7 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> 
             except OSError as exc:
                 raise OutputError(f"{shown}: cannot use it for the {what} ({exc.strerror}); choose another path") from None
             if info is None:
-                target = os.path.realpath(path)
+                target = resolved(path)
                 parent = os.path.dirname(target)
                 if not os.path.isdir(parent):
                     raise OutputError(f"{shown}: the folder {display_path(parent)} does not exist; create it or choose another path for the {what}")
@@ -102,7 +114,7 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> 
                     raise UsageError(f"{flag} {shown}: that is a file of the dump folder {display_path(dump_dir)}; "
                                      f"frtrace never writes over its input, choose another path for the {what}")
                 if stat.S_ISREG(info.st_mode):
-                    target = os.path.realpath(path)
+                    target = resolved(path)
                     if not os.access(os.path.dirname(target), os.W_OK):
                         raise OutputError(f"{shown}: cannot write in {display_path(os.path.dirname(target))}; "
                                           f"choose another path for the {what}")
@@ -146,16 +158,19 @@ def _umask() -> int:
 
 
 class Outputs:
-    """The outputs of one run: staged into temporary files, then committed together.
+    """The outputs of one run: staged into unnamed files, then committed together.
 
-    Use as a context manager: leaving it without commit() (an error, Ctrl-C, SIGTERM) removes
-    every temporary file and replaces nothing. `replaced` lists what commit() has replaced so
-    far, for the message of a run stopped while committing.
+    Each output is written into a file with no name (O_TMPFILE where the system has it, else a
+    temporary file unlinked as soon as it is open), so that nothing is left behind by any stop,
+    SIGKILL included; commit() names each one beside its target and renames it over the target.
+    Use as a context manager: leaving it without commit() (an error, Ctrl-C, SIGTERM) closes every
+    staged file and replaces nothing. `replaced` lists what commit() has replaced so far, for the
+    message of a run stopped while committing.
     """
 
     def __init__(self, plans: list[PlannedOutput]) -> None:
         self.plans = {plan.flag: plan for plan in plans}
-        self.staged: list[tuple[PlannedOutput, str]] = []  # (plan, temporary file)
+        self.staged: list[tuple[PlannedOutput, int]] = []  # (plan, descriptor of its unnamed file)
         self.replaced: list[str] = []
         self._new_mode = 0o666 & ~_umask()
 
@@ -166,77 +181,108 @@ class Outputs:
         self.discard()
 
     def discard(self) -> None:
-        """Remove every temporary file still there."""
+        """Close every staged file: having no name, it is gone."""
         held = _hold_signals()
         try:
-            for _, temp in self.staged:
-                for leftover in (temp, temp + "-journal", temp + "-wal", temp + "-shm"):
-                    try:
-                        os.unlink(leftover)
-                    except OSError:  # not there (SQLite's side files mostly are not)
-                        pass
+            for _, fd in self.staged:
+                os.close(fd)
             self.staged.clear()
         finally:
             _release_signals(held)
 
-    def _temp(self, plan: PlannedOutput) -> str:
-        directory = os.path.dirname(plan.target) if plan.target else None  # streams: the system's temp folder
-        held = _hold_signals()  # the name is recorded before any signal can leave the file behind
+    def _failed(self, plan: PlannedOutput, exc: OSError, fix: str = "choose another path") -> OutputError:
+        return OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror or exc}); {fix}")
+
+    def _unnamed(self, plan: PlannedOutput) -> int:
+        """A new unnamed file beside the target (streams: in the system's temporary folder), open
+        for reading and writing, recorded before any signal can leave it behind."""
+        directory = _staging_folder(plan)
+        held = _hold_signals()
         try:
-            fd, temp = tempfile.mkstemp(prefix=f".{os.path.basename(plan.target or 'frtrace')}.", suffix=".tmp", dir=directory)
-            self.staged.append((plan, temp))
+            try:
+                fd = os.open(directory, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            except (AttributeError, OSError):  # no O_TMPFILE here, or not on this file system
+                fd, temp = tempfile.mkstemp(prefix=_temp_prefix(directory, plan), suffix=".tmp", dir=directory)
+                os.unlink(temp)
+            self.staged.append((plan, fd))
         except OSError as exc:
-            raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror}); "
-                              "choose another path") from None
+            raise self._failed(plan, exc) from None
         finally:
             _release_signals(held)
-        os.close(fd)
-        return temp
+        return fd
 
     def stage(self, flag: str, write: Callable[[IO], None]) -> None:
-        """Write one output into its temporary file."""
+        """Write one output into its unnamed file."""
         plan = self.plans[flag]
-        temp = self._temp(plan)
+        fd = self._unnamed(plan)
         try:
-            with open(temp, "wb" if plan.binary else "w", encoding=None if plan.binary else "utf-8") as handle:
+            with open(os.dup(fd), "wb" if plan.binary else "w", encoding=None if plan.binary else "utf-8") as handle:
                 write(handle)
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as exc:
-            raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror}); "
-                              "choose another path or free some space") from None
+            raise self._failed(plan, exc, "choose another path or free some space") from None
 
     @contextmanager
-    def stage_path(self, flag: str) -> Iterator[str]:
-        """A temporary path for a writer that wants a file name (SQLite)."""
+    def stage_path(self, flag: str) -> Iterator[tuple[str, Callable[[], None]]]:
+        """A temporary path for a writer that wants a file name (SQLite), and what to call once the
+        writer has opened it: the name is then taken away, the file kept open here, so that from
+        then on no stop leaves it behind."""
         plan = self.plans[flag]
-        temp = self._temp(plan)
-        os.unlink(temp)  # SQLite creates it afresh
-        try:
-            yield temp
-        except OSError as exc:
-            raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror}); "
-                              "choose another path or free some space") from None
-
-    def commit(self) -> None:
-        """Copy each staged stream out, then rename each staged file over its target. Streams go
-        first: they cannot be taken back, and they are what fails at this point (a full device, a
-        pipe nobody reads). Signals are held off meanwhile, so a stop lands before or after."""
+        directory = _staging_folder(plan)
         held = _hold_signals()
         try:
-            for plan, temp in sorted(self.staged, key=lambda staged: not staged[0].stream):
+            fd, temp = tempfile.mkstemp(prefix=_temp_prefix(directory, plan), suffix=".tmp", dir=directory)
+            os.close(fd)
+            os.unlink(temp)  # the writer creates it afresh
+        except OSError as exc:
+            raise self._failed(plan, exc) from None
+        finally:
+            _release_signals(held)
+
+        def opened() -> None:
+            held = _hold_signals()
+            try:
+                self.staged.append((plan, os.open(temp, os.O_RDONLY | os.O_CLOEXEC)))
+                os.unlink(temp)
+            finally:
+                _release_signals(held)
+
+        try:
+            yield temp, opened
+        except OSError as exc:
+            raise self._failed(plan, exc, "choose another path or free some space") from None
+        finally:
+            for leftover in (temp, temp + "-journal"):  # a writer that failed before opened(), or left a journal
+                try:
+                    os.unlink(leftover)
+                except OSError:
+                    pass
+
+    def commit(self) -> None:
+        """Copy each staged stream out, then name each staged file beside its target and rename it
+        over the target. Streams go first: they cannot be taken back, and they are what fails at
+        this point (a full device, a pipe nobody reads). Signals are held off meanwhile, so a stop
+        lands before or after."""
+        held = _hold_signals()
+        try:
+            for plan, fd in sorted(self.staged, key=lambda staged: not staged[0].stream):
                 try:
                     if plan.stream:
-                        _copy_to_stream(temp, plan)
-                        os.unlink(temp)
+                        _copy_to_stream(fd, plan)
                     else:
-                        _settle_mode(temp, plan, self._new_mode)
-                        os.replace(temp, plan.target)
+                        temp = _named(fd, plan)
+                        try:
+                            _settle_mode(temp, plan, self._new_mode)
+                            os.replace(temp, plan.target)
+                        except OSError:
+                            _unlink_quietly(temp)
+                            raise
                 except OSError as exc:
                     raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror})"
                                       + self.written_note()) from None
                 self.replaced.append(f"{plan.flag} {display_path(plan.path)}")
-            self.staged.clear()
+            self.discard()
         finally:
             _release_signals(held)
 
@@ -249,6 +295,84 @@ class Outputs:
         return f"; written: {', '.join(self.replaced)}" + (f"; not written: {', '.join(pending)}" if pending else "")
 
 
+def _staging_folder(plan: PlannedOutput) -> str:
+    """Beside the target (a rename is then atomic); a stream's in the system's temporary folder,
+    never the working directory, which may be the dump folder."""
+    return os.path.dirname(plan.target) if plan.target else tempfile.gettempdir()
+
+
+def _temp_prefix(directory: str, plan: PlannedOutput) -> str:
+    """`.<target's name>.` for a temporary name that says what it was, cut so that the whole name
+    (with mkstemp's 8 characters and .tmp) fits the folder's limit: a 250-character target name
+    is legal, and its temporary name must be too. The target's name is never shortened."""
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    base = os.path.basename(plan.target or "frtrace")
+    room = max(1, limit - len(".") - len(".") - 8 - len(".tmp"))
+    while len(os.fsencode(base[:room])) > room:  # the limit counts bytes
+        room -= 1
+    return f".{base[:room]}."
+
+
+def _named(fd: int, plan: PlannedOutput) -> str:
+    """A name beside the target for the staged file `fd`: an O_TMPFILE file is linked in as it
+    is; where linking is refused (a file unlinked after opening, a /proc of another mount), its
+    bytes are copied into a new file of that name."""
+    directory = os.path.dirname(plan.target)
+    prefix = _temp_prefix(directory, plan)
+    for _ in range(100):
+        temp = os.path.join(directory, f"{prefix}{secrets.token_hex(4)}.tmp")
+        try:
+            os.link(f"/proc/self/fd/{fd}", temp)
+            return temp
+        except FileExistsError:
+            continue
+        except OSError:
+            pass
+        try:
+            out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            _copy_between(fd, out)
+            os.fsync(out)
+        except OSError:
+            os.close(out)
+            _unlink_quietly(temp)
+            raise
+        os.close(out)
+        return temp
+    raise OSError(17, "no free temporary name beside it")
+
+
+def _copy_between(source: int, target: int) -> None:
+    """Every byte of `source` (read from its start) appended to `target`, in the kernel where it can."""
+    size = os.fstat(source).st_size
+    offset = 0
+    try:
+        while offset < size:
+            copied = os.copy_file_range(source, target, size - offset, offset)
+            if not copied:
+                break
+            offset += copied
+        if offset >= size:
+            return
+    except (AttributeError, OSError):  # no copy_file_range here, or not between these file systems
+        pass
+    while chunk := os.pread(source, 1 << 20, offset):
+        os.write(target, chunk)  # a regular file takes the whole chunk
+        offset += len(chunk)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _settle_mode(temp: str, plan: PlannedOutput, new_mode: int) -> None:
     """A new file gets the umask's mode; a replaced one keeps its mode and, where we may, its owner."""
     os.chmod(temp, new_mode if plan.mode is None else plan.mode)
@@ -259,11 +383,13 @@ def _settle_mode(temp: str, plan: PlannedOutput, new_mode: int) -> None:
             pass
 
 
-def _copy_to_stream(temp: str, plan: PlannedOutput) -> None:
+def _copy_to_stream(staged: int, plan: PlannedOutput) -> None:
+    """The staged file's bytes written to the stream the plan names (standard output, a device, a FIFO)."""
     if plan.path == "-":
         sys.stdout.flush()
         out = sys.stdout.buffer
-        with open(temp, "rb") as source:
+        with open(os.dup(staged), "rb") as source:
+            source.seek(0)
             shutil.copyfileobj(source, out)
         out.flush()
         return
@@ -274,7 +400,8 @@ def _copy_to_stream(temp: str, plan: PlannedOutput) -> None:
         if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
             raise OSError(0, "it is no longer a terminal, device or pipe")
         os.set_blocking(fd, True)
-        with open(temp, "rb") as source, os.fdopen(fd, "wb", closefd=False) as sink:
+        with open(os.dup(staged), "rb") as source, os.fdopen(fd, "wb", closefd=False) as sink:
+            source.seek(0)
             shutil.copyfileobj(source, sink)
     finally:
         os.close(fd)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from contextlib import closing
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, islice, repeat
 
 from .builder import frames_text, group_ids
@@ -119,13 +119,17 @@ def _insert_rows(connection: sqlite3.Connection, table: str, width: int, rows: I
     connection.executemany(f"INSERT INTO {table} VALUES {one}", batch)
 
 
-def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: str) -> None:
+def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: str,
+                 opened: Callable[[], None] | None = None) -> None:
     """Write every table and the raw entries into a new SQLite file at `path` (a temporary file
-    that output.py renames into place: no journal is needed, nothing is read back half-written)."""
+    that output.py renames into place: no journal is needed, nothing is read back half-written).
+    `opened` is called once SQLite has the file open (output.py then takes its name away)."""
     ids = group_ids(table.groups)
     shared = _SharedJson()  # sizes and dtypes: a few objects shared by every row (db and dumps outlive it)
     try:
         with closing(sqlite3.connect(path)) as connection:
+            if opened is not None:
+                opened()
             connection.execute("PRAGMA journal_mode = OFF")
             connection.execute("PRAGMA synchronous = OFF")
             connection.executescript(SCHEMA)
