@@ -437,11 +437,12 @@ def test_control_sequences_in_a_dump_never_reach_the_terminal(tmp_path, capsys):
 
 def test_a_file_name_with_a_newline_makes_a_one_line_message(tmp_path, capsys):
     dumps = write_dumps(tmp_path / "d", {0: make_dump(ops(2)), 1: make_dump(ops(2))})
-    (dumps / "x\n\x1b[2Jrank_2").write_bytes(b"\x80\x02broken")
+    (dumps / "x\n\x1b[2J").mkdir()  # a host folder with a newline in its name
+    (dumps / "x\n\x1b[2J" / "nccl_trace_rank_2").write_bytes(b"\x80\x02broken")
     main(["-d", str(dumps)])
     err = capsys.readouterr().err
     (line,) = [said for said in err.splitlines() if "skipped" in said]
-    assert "x\\x0a\\x1b[2Jrank_2" in line and "\x1b" not in err
+    assert "x\\x0a\\x1b[2J/nccl_trace_rank_2" in line and "\x1b" not in err
 
 
 # ---------------------------------------------------------------------------- signals and several outputs

@@ -29,7 +29,7 @@ def test_a_folder_per_host_is_read_and_the_culprits_host_named(tmp_path):
         shutil.copy(SKIP / f"nccl_trace_rank_{rank}", host)
     result = report(tmp_path, "-d", str(dumps))
     assert result["culprit_ranks"] == [2] and result["ranks_loaded"] == [0, 1, 2, 3]
-    assert result["culprit_files"] == [{"rank": 2, "file": "node-1/nccl_trace_rank_2", "host": "node-1"}]
+    assert result["culprit_files"] == [{"rank": 2, "file": "node-1/nccl_trace_rank_2", "host": "node-1", "not_read": None}]
 
 
 @pytest.mark.parametrize("names,prefix,host", [
@@ -43,7 +43,7 @@ def test_host_names_inside_file_names(tmp_path, names, prefix, host):
     for rank, name in enumerate(names):
         shutil.copy(SKIP / f"nccl_trace_rank_{rank}", dumps / name)
     result = report(tmp_path, "-d", str(dumps), *(["-p", prefix] if prefix else []))
-    assert result["culprit_files"] == [{"rank": 2, "file": names[2], "host": host}]
+    assert result["culprit_files"] == [{"rank": 2, "file": names[2], "host": host, "not_read": None}]
 
 
 def test_the_prefix_matches_anywhere_before_the_rank(tmp_path):
@@ -116,7 +116,7 @@ def test_a_tar_archive_is_read_without_extracting(tmp_path, mode):
     before = sorted(os.listdir(tmp_path))
     result = report(tmp_path, "-d", str(archive))
     assert result["culprit_ranks"] == [2] and result["ranks_loaded"] == [0, 1, 2, 3]
-    assert result["culprit_files"] == [{"rank": 2, "file": "node-1/nccl_trace_rank_2", "host": "node-1"}]
+    assert result["culprit_files"] == [{"rank": 2, "file": "node-1/nccl_trace_rank_2", "host": "node-1", "not_read": None}]
     assert sorted(os.listdir(tmp_path)) == sorted([*before, "report.json"])
 
 

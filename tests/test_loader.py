@@ -464,7 +464,9 @@ def test_unreadable_file_is_skipped(tmp_path, monkeypatch):
 
 def test_non_utf8_file_name_is_reported_printably(tmp_path):
     write_dumps(tmp_path, {0: make_dump(ops(1))})
-    bad = os.fsencode(str(tmp_path)) + b"/trace_\xff_1"
+    folder = os.fsencode(str(tmp_path)) + b"/host_\xff"  # the job's name in a host folder named in no encoding
+    os.mkdir(folder)
+    bad = folder + b"/nccl_trace_rank_1"
     with open(bad, "wb") as handle:
         handle.write(b"\x80\x02garbage")
     result = load(tmp_path)
@@ -473,9 +475,10 @@ def test_non_utf8_file_name_is_reported_printably(tmp_path):
     skipped.path.encode("utf-8")  # printable
 
 
-@pytest.mark.parametrize("other", ["old_run_1", "nccl_trace_rank_01"])
+@pytest.mark.parametrize("other", ["old_run/nccl_trace_rank_1", "nccl_trace_rank_01"])
 def test_two_files_claiming_one_rank_are_an_input_error_naming_both(tmp_path, other):
     write_dumps(tmp_path, {0: make_dump(ops(1)), 1: make_dump(ops(1))})
+    (tmp_path / other).parent.mkdir(exist_ok=True)
     (tmp_path / other).write_bytes(pickle.dumps(make_dump(ops(2))))
     with pytest.raises(UsageError, match="two dump files claim rank 1: ") as raised:
         load(tmp_path)

@@ -3,12 +3,18 @@ innocent rank, crashed frtrace or left files behind. One test (or a few) per cas
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
+import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -247,3 +253,245 @@ def test_sigkill_while_outputs_are_written_leaves_nothing_in_their_folder(tmp_pa
     process.kill()
     process.wait(timeout=60)
     assert os.listdir(out) == []
+
+
+# ---------------------------------------------------------------------------- the job's files
+def _report(tmp_path: Path, *argv: str, status: int = 1) -> dict:
+    target = tmp_path / "report.json"
+    assert main([*argv, "--json", str(target)]) == status
+    return json.loads(target.read_text())
+
+
+def _skip_copy(tmp_path: Path, name: str = "d") -> Path:
+    folder = tmp_path / name
+    shutil.copytree(SKIP, folder)
+    (folder / "expected.json").unlink()
+    return folder
+
+
+@pytest.mark.parametrize("stray,content", [
+    ("rng_state_7", pickle.dumps({"state": [1, 2, 3]})),
+    ("metrics_step_100.json", b'{"loss": 1.0, "step": 100}'),
+    ("metrics_3.json", b'{"loss": 1.0}'),
+    ("comm_lib_trace_rank_9", (SKIP / "nccl_trace_rank_0").read_bytes()),  # even a real dump, named unlike the job's
+], ids=["rng-state", "metrics-step", "metrics-of-rank-3", "another-producers-dump"])
+def test_a_stray_file_named_unlike_the_job_never_sets_the_world_or_claims_a_rank(tmp_path, capsys, stray, content):
+    folder = _skip_copy(tmp_path)
+    (folder / stray).write_bytes(content)
+    report = _report(tmp_path, "-d", str(folder))
+    assert report["culprit_ranks"] == [2] and report["ranks_loaded"] == [0, 1, 2, 3] and report["ranks_missing"] == []
+    (ignored,) = [i for i in report["ignored_files"] if i["path"].endswith(stray)]
+    assert ignored["reason"] == "named unlike the job's 4 dump(s) (nccl_trace_rank_<rank>): not part of the job, not read"
+    assert stray not in capsys.readouterr().err
+
+
+def test_two_sets_that_each_look_like_a_whole_job_stop_and_ask_for_a_prefix(tmp_path, capsys):
+    folder = _skip_copy(tmp_path)
+    for rank in range(4):
+        shutil.copy(FIXTURES / "healthy" / f"nccl_trace_rank_{rank}", folder / f"_dump_{rank}")
+    assert main(["-d", str(folder)]) == 2
+    (said,) = capsys.readouterr().err.strip().splitlines()
+    assert said.startswith("frtrace: two sets of dumps in one folder: ") and "_dump_<rank> (4 ranks)" in said
+    assert "nccl_trace_rank_<rank> (4 ranks)" in said and said.endswith("pass -p with the prefix of the one to read "
+                                                                         "(or a prefix both hold, if they are one job)")
+    assert _report(tmp_path, "-d", str(folder), "-p", "_dump_", status=0)["verdict"] == "clean"
+    assert _report(tmp_path, "-d", str(folder), "-p", "nccl_trace_rank_")["culprit_ranks"] == [2]
+
+
+@pytest.mark.parametrize("name", ["trace_node{host}_pid{pid}_{rank}", "trace_{word}-a{host}_{rank}", "{word}.ib0_nccl_{rank}.json"],
+                         ids=["numbered-hosts-and-pids", "named-hosts", "host-first"])
+def test_host_and_pid_numbers_inside_names_are_one_job(tmp_path, name):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    for rank in range(4):  # two hosts, a pid in each name, and no -p
+        raw = pickle.loads((SKIP / f"nccl_trace_rank_{rank}").read_bytes())
+        word = ("gpu", "mlx")[rank // 2]
+        (folder / name.format(host=rank // 2 + 7, pid=4000 + rank, rank=rank, word=word)).write_text(json.dumps(raw))
+    report = _report(tmp_path, "-d", str(folder))
+    assert report["culprit_ranks"] == [2] and report["ranks_loaded"] == [0, 1, 2, 3] and report["ignored_files"] == []
+
+
+# ---------------------------------------------------------------------------- a lost rank said aloud
+@pytest.mark.parametrize("damage", ["exotic-opcode", "sparse-2GiB"])
+def test_a_dump_named_file_that_cannot_be_read_is_said_and_named_as_the_culprits_file(tmp_path, capsys, damage):
+    folder = _skip_copy(tmp_path)
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}}  # the world is known without rank 3's file
+    for rank in range(3):
+        raw = pickle.loads((SKIP / f"nccl_trace_rank_{rank}").read_bytes())
+        raw["pg_config"] = config
+        (folder / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(raw))
+    lost = folder / "nccl_trace_rank_3"
+    if damage == "exotic-opcode":
+        lost.write_bytes(b"\x80\x09" + lost.read_bytes()[2:])  # a protocol no pickler writes
+        why = "its first bytes are not those of a pickle or JSON dump"
+    else:
+        with open(lost, "r+b") as handle:
+            handle.truncate(2 << 30)
+        why = "2048 MiB, more than the 1024 MiB a Flight Recorder dump can hold; not read"
+    report = _report(tmp_path, "-d", str(folder))
+    err = capsys.readouterr().err
+    assert f"frtrace: skipped {lost}: {why}" in err.splitlines()
+    assert 3 in report["culprit_ranks"]
+    (lost_file,) = [c for c in report["culprit_files"] if c["rank"] == 3]
+    assert lost_file == {"rank": 3, "file": "nccl_trace_rank_3", "host": None, "not_read": why}
+    main(["-d", str(folder)])
+    assert f"rank 3: nccl_trace_rank_3 (not read: {why})" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- folders
+def test_a_folder_1100_deep_beside_the_dumps_is_neither_walked_nor_a_crash(tmp_path):
+    folder = _skip_copy(tmp_path)
+    for top in (".cache", "logs"):
+        here = os.open(folder, os.O_RDONLY)
+        try:
+            for name in [top] + ["d"] * 1100:
+                os.mkdir(name, dir_fd=here)
+                below = os.open(name, os.O_RDONLY, dir_fd=here)
+                os.close(here)
+                here = below
+        finally:
+            os.close(here)
+    try:
+        report = _report(tmp_path, "-d", str(folder), "-o", str(tmp_path / "db.pkl"))
+        assert report["culprit_ranks"] == [2]
+        assert main(["-d", str(folder)]) == 1
+    finally:  # deepest first: shutil.rmtree (and pytest's clean-up of old runs) recurses, and would fail
+        for top in (".cache", "logs"):
+            chain = [top] + ["d"] * 1100
+            here = os.open(folder, os.O_RDONLY)
+            fds = [here]
+            for name in chain[:-1]:
+                fds.append(os.open(name, os.O_RDONLY, dir_fd=fds[-1]))
+            for parent, name in zip(reversed(fds), reversed(chain)):
+                os.rmdir(name, dir_fd=parent)
+            for fd in fds:
+                os.close(fd)
+
+
+def test_the_output_check_reads_no_folder_it_need_not(tmp_path, monkeypatch):
+    folder = _skip_copy(tmp_path)
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "kept.json").write_text("{}")
+    listed = []
+    real_scandir, real_listdir, real_walk = os.scandir, os.listdir, os.walk
+    monkeypatch.setattr(os, "scandir", lambda path=".": listed.append(str(path)) or real_scandir(path))
+    monkeypatch.setattr(os, "listdir", lambda path=".": listed.append(str(path)) or real_listdir(path))
+    monkeypatch.setattr(os, "walk", lambda top, *a, **kw: listed.append(str(top)) or real_walk(top, *a, **kw))
+    assert main(["-d", str(folder), "--json", str(tmp_path / "r.json"), "-o", str(tmp_path / "db.pkl")]) == 1
+    assert not any(".cache" in path for path in listed), listed
+    # and what is there is still never written over, found by where it is rather than by walking
+    assert main(["-d", str(folder), "--json", str(folder / ".cache" / "kept.json")]) == 2
+    assert (folder / ".cache" / "kept.json").read_text() == "{}"
+
+
+# ---------------------------------------------------------------------------- archives
+def _members(source: Path = SKIP, folder: str = "dumps") -> dict[str, bytes]:
+    return {f"{folder}/nccl_trace_rank_{r}": (source / f"nccl_trace_rank_{r}").read_bytes() for r in range(4)}
+
+
+def _tar(path: Path, members: list[tuple[str, bytes]], mode: str = "w:gz") -> Path:
+    with tarfile.open(path, mode) as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _zip(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of a duplicate name: that is the point
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, data in members:
+                archive.writestr(name, data)
+    return path
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("kind", ["zip", "tar.gz"])
+def test_an_archive_of_big_members_is_read_one_member_at_a_time(tmp_path, kind):
+    big = b"\x80\x02" + bytes(256 << 20)  # starts like a pickle, then 256 MiB of zeros: a few hundred KB packed
+    members = [(f"nccl_trace_rank_{r}", big) for r in range(6)]
+    archive = _zip(tmp_path / "a.zip", members) if kind == "zip" else _tar(tmp_path / "a.tar.gz", members)
+    assert archive.stat().st_size < 5 << 20
+    done, peak = peak_of_run([sys.executable, "-m", "frtrace", "-d", str(archive), "--jobs", "2"])
+    assert done.returncode == 2 and b"none of the 6 dump file(s) could be read" in done.stderr, done.stderr
+    assert peak < 900 << 20, f"peak {peak >> 20} MiB"  # all six members together: 1.5 GiB
+
+
+def test_an_archive_member_is_read_from_a_copy_that_is_gone_afterwards(tmp_path, monkeypatch):
+    spools = []
+    real = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **kw: spools.append(real(*a, **kw)) or spools[-1])
+    report = _report(tmp_path, "-d", str(_tar(tmp_path / "a.tar.gz", list(_members().items()))))
+    assert report["culprit_ranks"] == [2]
+    assert report["culprit_files"][0]["file"] == "nccl_trace_rank_2"
+    (spool,) = spools
+    assert not os.path.exists(spool)
+
+
+@pytest.mark.parametrize("kind", ["tar-appended", "zip-twice"])
+def test_two_members_claiming_one_rank_are_an_input_error_naming_them(tmp_path, capsys, kind):
+    members = list(_members().items())
+    if kind == "tar-appended":  # tar -r: the same name again at the end
+        archive = _tar(tmp_path / "a.tar", members, "w")
+        with tarfile.open(archive, "a") as appended:
+            info = tarfile.TarInfo("dumps/nccl_trace_rank_3")
+            data = (FIXTURES / "healthy" / "nccl_trace_rank_3").read_bytes()
+            info.size = len(data)
+            appended.addfile(info, io.BytesIO(data))
+    else:
+        archive = _zip(tmp_path / "a.zip", [*members, ("dumps/nccl_trace_rank_3", members[3][1])])
+    assert main(["-d", str(archive)]) == 2
+    (said,) = capsys.readouterr().err.strip().splitlines()
+    assert said.startswith("frtrace: two dump files claim rank 3: ") and f"{archive.name}!dumps/nccl_trace_rank_3" in said
+    assert "is in the archive twice" in said
+
+
+@pytest.mark.parametrize("mode", ["w:gz", "w:xz", "w:bz2", "zip"])
+@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+def test_a_damaged_archive_is_one_line_or_its_readable_members(tmp_path, capsys, mode, damage):
+    members = list(_members(FIXTURES / "healthy").items())
+    archive = (_zip(tmp_path / "a.zip", members) if mode == "zip"
+               else _tar(tmp_path / f"a.tar.{mode[2:]}", members, mode))
+    data = bytearray(archive.read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) * 2 // 3]
+    else:
+        for at in range(len(data) // 2, len(data) // 2 + 16):  # inside a member's compressed bytes
+            data[at] ^= 0xFF
+    archive.write_bytes(bytes(data))
+    status = main(["-d", str(archive)])
+    err = capsys.readouterr().err
+    assert status in (0, 1, 2) and "internal error" not in err and "Traceback" not in err, err
+    if status == 2:
+        assert len(err.strip().splitlines()) >= 1 and str(archive) in err.strip().splitlines()[-1]
+    else:
+        assert str(archive) in err  # what could not be read is said
+
+
+def test_a_damaged_bzip2_tar_is_called_a_damaged_archive(tmp_path, capsys):
+    archive = _tar(tmp_path / "a.tar.bz2", list(_members().items()), "w:bz2")
+    data = archive.read_bytes()
+    archive.write_bytes(data[:10] + bytes(len(data) - 10))  # its header intact, the stream gone
+    assert main(["-d", str(archive)]) == 2
+    (said,) = capsys.readouterr().err.strip().splitlines()
+    assert "not a directory" not in said and "a.tar.bz2" in said and ("damaged" in said or "not a readable" in said)
+
+
+def test_a_tar_holding_a_zip_is_read_as_the_tar_and_the_zip_not_opened(tmp_path):
+    inner = _zip(tmp_path / "inner.zip", [("nccl_trace_rank_0", b"\x80\x02junk")]).read_bytes()
+    members = [*_members(FIXTURES / "healthy").items(), ("dumps/old.zip", inner), ("dumps/nccl_trace_rank_7.tar.gz", inner)]
+    report = _report(tmp_path, "-d", str(_tar(tmp_path / "a.tar", members, "w")), status=0)
+    assert report["verdict"] == "clean" and report["ranks_loaded"] == [0, 1, 2, 3]
+    reasons = {i["path"].split("!")[-1]: i["reason"] for i in report["ignored_files"]}
+    assert reasons["dumps/old.zip"] == reasons["dumps/nccl_trace_rank_7.tar.gz"] == \
+        "an archive inside the archive: not opened (extract it and pass it on its own)"
+
+
+def test_a_member_named_like_a_dump_that_is_an_archive_says_so(tmp_path, capsys):
+    inner = _zip(tmp_path / "inner.zip", [("x", b"y")]).read_bytes()
+    members = [*list(_members().items())[:3], ("dumps/nccl_trace_rank_3", inner)]  # rank 3 is a zip
+    main(["-d", str(_tar(tmp_path / "a.tar", members, "w"))])
+    assert "nccl_trace_rank_3: its first bytes are not those of a pickle or JSON dump (it is a zip archive" in \
+        capsys.readouterr().err

@@ -1,132 +1,212 @@
-"""Read dumps straight from an archive (tar, tar.gz/.bz2/.xz, zip) without extracting anything.
+"""Read dumps straight from an archive (tar, tar.gz/.bz2/.xz, zip): one member at a time, never all in memory.
 
-Members are read in one pass, in memory, with the same rules as files in a folder (a dump's name
-ends in a rank number, its first bytes start a pickle or JSON document) and more: only regular
-members are read (never links, devices or folders), no member past the dump size cap, and no more
-than MAX_ARCHIVE_BYTES in all, so a small archive cannot unpack into the machine's memory.
+Members are taken with the same rules as files in a folder (a dump's name ends in a rank number,
+its first bytes start a pickle or JSON document, the job's files are those named alike) and
+more: only regular members are read (never links, devices or folders), none past the dump size
+cap, no more than MAX_INFLATED_BYTES inflated in all (a small archive cannot unpack into the
+machine), and an archive inside the archive is not opened. Each dump member is copied, in
+chunks, into a private temporary folder that the loader's workers read like any dump file, and
+that is removed when the set has been read (unpacked). Nothing is extracted anywhere else.
 """
 
 from __future__ import annotations
 
+import lzma
 import os
+import shutil
 import stat
 import tarfile
+import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
-from zlib import error as zlib_error
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import IO
 
-from .discover import HEAD_BYTES, Discovery, DumpFile, finish, placed, sniff, split_name
+from .discover import MARKED_BYTES, Discovery, Found, archive_kind, finish, placed, sniff, split_name
 from .errors import UsageError, display_path
 from .limits import MAX_DUMP_BYTES
 from .types import SkippedFile
 
-MAX_ARCHIVE_BYTES = 64 << 30  # all dumps of a 32k-rank job with stacks; past it the rest is not read
+MAX_INFLATED_BYTES = 16 << 30  # inflated in all, members skipped over included: all dumps of a 32k-rank job with stacks
 MAX_MEMBERS = 1 << 20
+_CHUNK = 1 << 20  # bytes copied at a time: what one member costs in memory
+_SPARE_DISK = 256 << 20  # left free in the temporary folder, beyond the member copied
+_SUFFIXES = (".zip", ".tar", ".tgz", ".tar.gz", ".tbz", ".tbz2", ".tar.bz2", ".txz", ".tar.xz")
+_NESTED_SUFFIXES = (*_SUFFIXES, ".gz", ".bz2", ".xz", ".7z", ".rar")
+# what a damaged member or stream raises, by module: none of it is frtrace's bug
+_DAMAGED = (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, zlib.error, lzma.LZMAError, RuntimeError,
+            NotImplementedError, ValueError)
 
 
 def is_archive(path: str) -> bool:
-    """Whether `path` is a regular file that tar or zip can read (checked by content, not name)."""
+    """Whether `path` is a regular file to read as an archive: its first bytes are a zip's, a
+    tar's or a compressed stream's, or (a damaged one) its name says so."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False
-        return zipfile.is_zipfile(path) or tarfile.is_tarfile(path)
+        with open(path, "rb") as handle:
+            head = handle.read(512)
     except OSError:
         return False
+    return archive_kind(head) is not None or path.lower().endswith(_SUFFIXES)
 
 
-def read_archive(path: str, prefix: str | None = None) -> tuple[Discovery, dict[str, bytes]]:
-    """The dump files of an archive and their bytes, by the path each is known by
-    (`archive.tar.gz!node-a/nccl_trace_rank_3`)."""
+@contextmanager
+def unpacked(path: str, prefix: str | None = None) -> Iterator[Discovery]:
+    """The Discovery of an archive's dumps, each copied into a private temporary folder (DumpFile.source)
+    while the block runs; the folder is removed when it ends, whatever ends it."""
+    spool = tempfile.mkdtemp(prefix="frtrace-archive-")
+    try:
+        yield read_archive(path, prefix, spool)
+    finally:
+        shutil.rmtree(spool, ignore_errors=True)
+
+
+def read_archive(path: str, prefix: str | None, spool: str) -> Discovery:
+    """The dump files of an archive, known by `archive.tar.gz!node-a/nccl_trace_rank_3`, their
+    bytes copied into `spool`. A damaged archive that cannot be opened is a UsageError; damage
+    past its start costs the members from there on, said as skipped."""
     if prefix is not None:
         prefix = os.path.basename(prefix)
-    candidates: list[DumpFile] = []
-    empty: list[DumpFile] = []
-    skipped: list[SkippedFile] = []
-    ignored: list[SkippedFile] = []
-    contents: dict[str, bytes] = {}
-    found: list[tuple[str, str, tuple, str | None, bool]] = []  # placed once the common top folder is known
-    total = 0
+    found = Found()
+    try:
+        info = os.stat(path)
+        found.identities.add((info.st_dev, info.st_ino))  # the archive itself is never an output
+    except OSError:
+        pass
+    read: list[tuple[str, tuple, str | bytes]] = []  # (name, name parts, its first bytes or why it was not read)
+    not_files: list[tuple[str, tuple, str]] = []  # links, devices, FIFOs named like dumps: (name, name parts, what)
+    copies: dict[int, str] = {}  # index in `read` -> the member's copy
+    shown_archive = display_path(path)
+    inflated = 0
     for count, (name, size, kind, open_member) in enumerate(_members(path)):
-        printable = display_path(f"{path}!{name}")
         if open_member is None:  # a damaged or truncated archive: what was read before stays
-            skipped.append(SkippedFile(display_path(path), f"{kind}: not read"))
+            found.skipped.append(SkippedFile(shown_archive, f"{kind}: not read"))
             break
         if count >= MAX_MEMBERS:
-            skipped.append(SkippedFile(display_path(path), f"more than {MAX_MEMBERS} members; the rest was not read"))
+            found.skipped.append(SkippedFile(shown_archive, f"more than {MAX_MEMBERS} members; the rest was not read"))
+            break
+        inflated += size
+        if inflated > MAX_INFLATED_BYTES:
+            found.skipped.append(SkippedFile(shown_archive, f"it inflates past the {MAX_INFLATED_BYTES >> 30} GiB frtrace "
+                                                            "reads from one archive; the rest was not read"))
             break
         if kind == "dir":
             continue
         parts = split_name(os.path.basename(name), prefix)
         if isinstance(parts, str):
-            ignored.append(SkippedFile(printable, parts))
+            nested = name.lower().endswith(_NESTED_SUFFIXES)
+            found.ignored.append(SkippedFile(display_path(f"{path}!{name}"),
+                                             "an archive inside the archive: not opened (extract it and pass it on its own)"
+                                             if nested else parts))
             continue
         if kind != "file":
-            skipped.append(SkippedFile(printable, f"{kind} in the archive; not read"))
-            continue
-        if size > MAX_DUMP_BYTES:
-            skipped.append(SkippedFile(printable, f"{size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB "
-                                                  "a Flight Recorder dump can hold; not read"))
-            continue
-        if total + size > MAX_ARCHIVE_BYTES:
-            skipped.append(SkippedFile(printable, f"past the {MAX_ARCHIVE_BYTES >> 30} GiB frtrace reads from one archive; not read"))
-            continue
-        try:
-            with open_member() as handle:
-                head = handle.read(HEAD_BYTES)
-                file_format = sniff(head) if head else None
-                if head and file_format is None:
-                    ignored.append(SkippedFile(printable, "its first bytes are not those of a pickle or JSON dump"))
-                    continue
-                data = head + handle.read(MAX_DUMP_BYTES + 1 - len(head))
-        except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError, RuntimeError, NotImplementedError) as exc:
-            skipped.append(SkippedFile(printable, f"cannot read it from the archive ({exc}); not read"))
-            continue
-        if len(data) > MAX_DUMP_BYTES:
-            skipped.append(SkippedFile(printable, f"more than the {MAX_DUMP_BYTES >> 20} MiB a dump can hold; not read"))
-            continue
-        total += len(data)
-        shown = f"{path}!{name}"
-        contents[shown] = data
-        found.append((shown, name, parts, file_format, bool(data)))
-    top = _common_top(name for _, name, _, _, _ in found)  # one folder around everything says nothing about hosts
-    for shown, name, parts, file_format, has_data in found:
-        (candidates if has_data else empty).append(placed(shown, name[len(top):], parts, file_format))
-    return finish(candidates, empty, skipped, ignored), contents
+            not_files.append((name, parts, f"{kind} in the archive; not read"))
+        elif size > MAX_DUMP_BYTES:
+            read.append((name, parts, f"{size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder "
+                                      "dump can hold; not read"))
+        elif shutil.disk_usage(spool).free < size + _SPARE_DISK:
+            found.skipped.append(SkippedFile(shown_archive, f"the temporary folder {display_path(spool)} has no room to copy "
+                                                            "the rest of its dumps (set TMPDIR to a larger one); not read"))
+            break
+        else:
+            copy = os.path.join(spool, str(count))
+            try:
+                read.append((name, parts, _copy_member(open_member, copy)))
+                copies[len(read) - 1] = copy
+            except _TooBig:
+                read.append((name, parts, f"more than the {MAX_DUMP_BYTES >> 20} MiB a dump can hold; not read"))
+            except _DAMAGED as exc:
+                read.append((name, parts, f"cannot read it from the archive ({_reason(exc)}); not read"))
+    top = _common_top(name for name, _, _ in read)  # one folder around everything says nothing about hosts
+    for name, parts, what in not_files:
+        found.not_files.append((placed(f"{path}!{name}", name[len(top):] if name.startswith(top) else name, parts), what))
+    for index, (name, parts, outcome) in enumerate(read):
+        dump_file = replace(placed(f"{path}!{name}", name[len(top):], parts), source=copies.get(index, ""))
+        if isinstance(outcome, str):
+            found.unreadable.append((dump_file, outcome))
+        elif not outcome:
+            found.empty.append(dump_file)
+        else:
+            found.sniffed(dump_file, outcome)
+    return finish(found, prefix is not None)
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _copy_member(open_member, target: str) -> bytes:
+    """Copy one member into `target`, _CHUNK bytes at a time and never past the dump size cap;
+    return its first bytes. A member whose first bytes cannot start a dump is not read past them."""
+    with open_member() as member, open(target, "wb") as copy:
+        head = member.read(MARKED_BYTES)
+        copy.write(head)
+        if sniff(head) is not None:
+            written = len(head)
+            while chunk := member.read(_CHUNK):
+                written += len(chunk)
+                if written > MAX_DUMP_BYTES:
+                    raise _TooBig
+                copy.write(chunk)
+    return head
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return display_path(text[:120])
 
 
 def _members(path: str) -> Iterator[tuple[str, int, str, object]]:
-    """(name, size, kind, opener) of every member: kind "file", "dir", "a link", "a device"..."""
-    if zipfile.is_zipfile(path):
-        try:
-            archive = zipfile.ZipFile(path)
-        except (OSError, zipfile.BadZipFile) as exc:
-            raise UsageError(f"{display_path(path)}: not a readable zip archive ({exc}); check the file") from None
-        with archive:
-            for info in archive.infolist():
-                mode = info.external_attr >> 16
-                if info.is_dir():
-                    kind = "dir"
-                elif stat.S_ISLNK(mode):
-                    kind = "a link"
-                elif info.flag_bits & 0x1:
-                    kind = "an encrypted member"
-                else:
-                    kind = "file"
-                yield _clean(info.filename), info.file_size, kind, _opener(archive.open, info)
-        return
+    """(name, size, kind, opener) of every member: kind "file", "dir", "a link", "a device"...; a
+    damaged archive ends with ("", 0, why, None)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+    except OSError as exc:
+        raise UsageError(f"{display_path(path)}: cannot read the archive ({exc.strerror}); check the file") from None
+    if archive_kind(head) == "zip" or (archive_kind(head) is None and path.lower().endswith(".zip")):
+        yield from _zip_members(path)
+    else:
+        yield from _tar_members(path)
+
+
+def _zip_members(path: str) -> Iterator[tuple[str, int, str, object]]:
+    try:
+        archive = zipfile.ZipFile(path)
+    except _DAMAGED as exc:
+        raise UsageError(f"{display_path(path)}: not a readable zip archive ({_reason(exc)}); the file is damaged "
+                         "or not a zip: check it, or extract what can be and pass the folder") from None
+    with archive:
+        for info in archive.infolist():
+            mode = info.external_attr >> 16
+            if info.is_dir():
+                kind = "dir"
+            elif stat.S_ISLNK(mode):
+                kind = "a link"
+            elif info.flag_bits & 0x1:
+                kind = "an encrypted member"
+            else:
+                kind = "file"
+            yield _clean(info.filename), info.file_size, kind, _opener(archive.open, info)
+
+
+def _tar_members(path: str) -> Iterator[tuple[str, int, str, object]]:
     try:
         archive = tarfile.open(path, mode="r:*")
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        raise UsageError(f"{display_path(path)}: not a readable tar archive ({exc}); check the file") from None
+    except _DAMAGED as exc:
+        raise UsageError(f"{display_path(path)}: not a readable tar archive ({_reason(exc)}); the file is damaged "
+                         "or not a tar: check it, or extract what can be and pass the folder") from None
     with archive:
         try:
             for info in archive:
                 kind = ("file" if info.isreg() else "dir" if info.isdir() else "a link" if info.issym() or info.islnk()
                         else "a device or FIFO")
                 yield _clean(info.name), info.size, kind, _opener(archive.extractfile, info)
-        except (tarfile.TarError, EOFError, OSError, zlib_error) as exc:  # truncated or damaged: what was read stays
-            yield "", 0, f"the archive is damaged past this point ({exc})", None
+        except _DAMAGED as exc:  # truncated or damaged: what was read stays
+            yield "", 0, f"the archive is damaged past this point ({_reason(exc)})", None
 
 
 def _opener(open_member, info):

@@ -14,14 +14,15 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .archive import is_archive, read_archive
+from .archive import is_archive, unpacked
 from .builder import build_database, write_database
-from .discover import find_dump_files
+from .discover import Discovery, find_dump_files
 from .anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .groups import GroupTable, resolve_groups
@@ -233,14 +234,28 @@ def _check_selection(options: Options, dumps: dict, table) -> None:
                              f"(groups: {names})")
 
 
+@contextmanager
+def discovered(trace_dir: str, prefix: str | None) -> Iterator[Discovery]:
+    """The dump files of a folder or an archive, for as long as the block reads them (an archive's
+    members are copied out for it, and removed after)."""
+    if is_archive(trace_dir):
+        with unpacked(trace_dir, prefix) as discovery:
+            yield discovery
+    else:
+        yield find_dump_files(trace_dir, prefix)
+
+
 def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
              ft_group_world_size: int | None = None) -> tuple[LoadResult, GroupTable]:
     """One dump set read and its groups resolved; skipped files are said on `err`."""
-    contents = None
-    if is_archive(trace_dir):
-        discovery, contents = read_archive(trace_dir, prefix)
-    else:
-        discovery = find_dump_files(trace_dir, prefix)
+    with discovered(trace_dir, prefix) as discovery:
+        return load_set(discovery, trace_dir, prefix, err, jobs=jobs, progress=progress,
+                        ft_group_world_size=ft_group_world_size)
+
+
+def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
+             ft_group_world_size: int | None = None) -> tuple[LoadResult, GroupTable]:
+    """The dumps discovered read and their groups resolved; skipped files are said on `err`."""
     if not discovery.files:
         hint = f" starting with {printable(prefix)!r}" if prefix else ""
         seen = (f" ({len(discovery.ignored)} file(s) ignored, e.g. {discovery.ignored[0].path}: {discovery.ignored[0].reason})"
@@ -249,20 +264,21 @@ def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, 
                          f"and starts like a pickle or JSON dump{seen}; check the directory and --prefix "
                          "(dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)")
     loaded = load_dumps(discovery, progress=progress and len(discovery.files) > 8, workers=jobs,
-                        bound_by_configs=ft_group_world_size is None, contents=contents)
+                        bound_by_configs=ft_group_world_size is None)
     for item in loaded.skipped:
         print(f"frtrace: skipped {item.path}: {item.reason}", file=err)
     if not loaded.dumps:
-        raise UsageError(f"{display_path(trace_dir)}: none of the {len(discovery.files)} dump file(s) could be read; "
+        raise UsageError(f"{display_path(trace_dir)}: none of the {len(loaded.ranks_named)} dump file(s) could be read; "
                          "see the messages above")
     return loaded, resolve_groups(loaded.dumps, loaded.ranks_named, ft_group_world_size)
 
 
 def run(options: Options, out: TextIO, err: TextIO) -> int:
     """Analyze the dumps as the options say, write the outputs, return the exit code."""
-    plans = plan_outputs(_requested_outputs(options), options.trace_dir)
-    loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs, progress=options.progress,
-                             ft_group_world_size=options.ft_group_world_size)
+    with discovered(options.trace_dir, options.prefix) as discovery:
+        plans = plan_outputs(_requested_outputs(options), options.trace_dir, discovery.identities)
+        loaded, table = load_set(discovery, options.trace_dir, options.prefix, err, jobs=options.jobs,
+                                 progress=options.progress, ft_group_world_size=options.ft_group_world_size)
     if options.just_print_entries:
         _check_selection(options, loaded.dumps, table)
         _printed(out, lambda: render_entries(loaded.dumps, table, out, selected_ranks=options.selected_ranks,
@@ -291,7 +307,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
 
                 outputs.stage("--html", lambda f: write_html(analysis, loaded.dumps, table, f))
             if options.json_path:
-                payload = report_dict(analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps)
+                payload = report_dict(analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps, loaded.unread)
                 outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
         except OutputError as exc:  # while staging: nothing was replaced yet
             raise OutputError(f"{exc}{outputs.written_note()}") from None
@@ -308,7 +324,8 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
     if options.json_path != "-":
         def report() -> None:
             render_text(analysis, loaded.dumps, loaded.skipped, out, mismatch_cap=options.mismatch_cap,
-                        print_stack_trace=options.print_stack_trace, verbose=options.verbose, sources=loaded.sources)
+                        print_stack_trace=options.print_stack_trace, verbose=options.verbose, sources=loaded.sources,
+                        unread=loaded.unread)
             if options.stats:
                 from .stats import compute_stats, render_stats
 
@@ -507,12 +524,11 @@ def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
     from .progress import compare_sets, comparison_dict, op_timings, render_comparison
 
     requested = [("--json", options.json_path, "JSON comparison", False)] if options.json_path else []
-    plans = plan_outputs(requested, options.earlier)
-    plan_outputs(requested, options.later)  # refused the same way for either set
     sets = []
     for path in (options.earlier, options.later):
-        loaded, table = read_set(path, options.prefix, err, jobs=options.jobs)
-        sets.append((loaded, table))
+        with discovered(path, options.prefix) as discovery:
+            plans = plan_outputs(requested, path, discovery.identities)  # refused the same way for either set
+            sets.append(load_set(discovery, path, options.prefix, err, jobs=options.jobs))
     (loaded_a, table_a), (loaded_b, table_b) = sets
     anchor_relative_seqs(loaded_a.dumps, table_a)
     analysis_b = analyze(loaded_b.dumps, table_b, notes=loaded_b.notes, anchoring=anchor_relative_seqs(loaded_b.dumps, table_b))

@@ -10,13 +10,18 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .errors import UsageError, display_path
 from .limits import MAX_DUMP_BYTES, MAX_RANK
 from .types import SkippedFile
 
 HEAD_BYTES = 64
+MARKED_BYTES = 4096  # read from each dump-like file to look for a Flight Recorder key
+# Keys only a Flight Recorder dump starts with (a pickle's or a JSON's first few hundred bytes):
+# between two sets of files in one folder, the one that holds them is the job's.
+_MARKERS = (b"pg_config", b"entries", b"profiling_name", b"collective_seq_id", b"record_id", b"pg_status",
+            b"comm_lib_version", b"nccl_version")
 
 _FORMAT_SUFFIXES = {".json": "json", ".pkl": "pickle", ".pickle": "pickle"}
 _RANK_AT_END = re.compile(r"^(.*?)(\d+)$", re.DOTALL)
@@ -46,13 +51,40 @@ class DumpFile:
     stem: str = ""  # the path without a format suffix: a pickle and a JSON of one dump share it
     where: str = ""  # the path under the dump folder, as a person names the file
     host: str | None = None  # the host the folder or the name shows, where one does
+    source: str = ""  # the file to read where it is not `path`: an archive member's copy
 
 
 @dataclass(frozen=True, slots=True)
 class Discovery:
     files: tuple[DumpFile, ...]  # in rank order; per rank the pickle before its JSON twin
-    skipped: tuple[SkippedFile, ...]  # named like a dump but not a regular file, or too big
-    ignored: tuple[SkippedFile, ...] = ()  # not dumps (README, expected.json, core.100), with why
+    skipped: tuple[SkippedFile, ...]  # what could not be read that claims no rank: an archive's damaged end
+    ignored: tuple[SkippedFile, ...] = ()  # not dumps of this job (README, expected.json, core.100, rng_state_7), with why
+    unread: tuple[tuple[DumpFile, str], ...] = ()  # files of the job's ranks that cannot be read (and why): ranks named
+    identities: frozenset[tuple[int, int]] = frozenset()  # (device, inode) of every file looked at: never an output
+
+
+@dataclass
+class Found:
+    """What a folder or an archive holds, sorted as it is walked; finish() makes it a Discovery."""
+
+    candidates: list[DumpFile] = field(default_factory=list)  # dump-like: named with a rank, starting like a dump
+    empty: list[DumpFile] = field(default_factory=list)  # named with a rank, and empty
+    unreadable: list[tuple[DumpFile, str]] = field(default_factory=list)  # regular files named with a rank, unusable: why
+    not_files: list[tuple[DumpFile, str]] = field(default_factory=list)  # named with a rank, not a regular file: what it is
+    ignored: list[SkippedFile] = field(default_factory=list)  # not named like a dump
+    skipped: list[SkippedFile] = field(default_factory=list)  # not read, and claiming no rank
+    marked: set[str] = field(default_factory=set)  # paths of candidates that hold a Flight Recorder key near their start
+    identities: set[tuple[int, int]] = field(default_factory=set)
+
+    def sniffed(self, dump_file: DumpFile, head: bytes) -> None:
+        """Sort a dump-named file by its first bytes: a candidate, or unreadable with the reason."""
+        file_format = sniff(head)
+        if file_format is None:
+            self.unreadable.append((dump_file, f"its first bytes are not those of a pickle or JSON dump{_archive_hint(head)}"))
+            return
+        self.candidates.append(replace(dump_file, file_format=file_format))
+        if any(marker in head for marker in _MARKERS):
+            self.marked.add(dump_file.path)
 
 
 def _kind_of(mode: int) -> str | None:
@@ -100,13 +132,32 @@ def split_name(name: str, prefix: str | None) -> tuple[str, int, str, str] | str
     return head, int(digits), file_format, stem
 
 
+_ARCHIVE_STARTS = ((b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"),
+                   (b"\xfd7zXZ\x00", "xz"))
+
+
+def archive_kind(head: bytes) -> str | None:
+    """"zip", "tar", "gzip", "bzip2" or "xz" when the first bytes are an archive's (a tar's
+    "ustar" at byte 257), else None. By content from the first byte: a zip's directory at the
+    end of a file (what zipfile.is_zipfile looks for) is also at the end of a tar holding a zip."""
+    for start, kind in _ARCHIVE_STARTS:
+        if head.startswith(start):
+            return kind
+    return "tar" if head[257:262] == b"ustar" else None
+
+
+def _archive_hint(head: bytes) -> str:
+    kind = archive_kind(head)
+    return f" (it is a {kind} archive: extract it, or pass it to frtrace on its own)" if kind else ""
+
+
 def _read_head(path: str) -> tuple[os.stat_result, bytes]:
     """stat and first bytes of a regular file, opened non-blocking and checked again: a FIFO
     that replaced the file since it was listed never blocks."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         info = os.fstat(fd)
-        return info, os.read(fd, HEAD_BYTES) if stat.S_ISREG(info.st_mode) else b""
+        return info, os.read(fd, MARKED_BYTES) if stat.S_ISREG(info.st_mode) else b""
     finally:
         os.close(fd)
 
@@ -116,10 +167,12 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
     each name, host from the subfolder (node-a/nccl_trace_rank_3) or from the names.
 
     `prefix` (a bare name or a path prefix such as /tmp/nccl_trace_rank_) restricts the names to
-    those holding it. Only regular files whose first bytes can start a dump are returned; FIFOs,
-    sockets, linked folders and broken links are skipped with a reason; other files are ignored
-    with one. Two different files claiming one rank (in two folders, or rank_3 and rank_03) is a
-    UsageError naming both, unless they are the pickle and the JSON of one dump.
+    those holding it. Only regular files whose first bytes can start a dump are returned, and of
+    those only the job's (job_files); files named like the job's dumps that cannot be read (other
+    first bytes, too big, FIFOs, sockets, linked folders, broken links) are skipped with a reason,
+    their ranks named where they are regular files; other files are ignored with one. Two different files claiming one rank
+    (in two folders, or rank_3 and rank_03) is a UsageError naming both, unless they are the
+    pickle and the JSON of one dump.
     """
     try:
         info = os.stat(directory)
@@ -131,72 +184,164 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
     if prefix is not None:
         prefix = os.path.basename(prefix)
 
-    candidates: list[DumpFile] = []
-    empty: list[DumpFile] = []
-    skipped: list[SkippedFile] = []
-    ignored: list[SkippedFile] = []
+    found = Found()
     for path, where in _walk(directory):
         name = os.path.basename(path)
         printable = display_path(path)
         parts = split_name(name, prefix)
         if isinstance(parts, str):
-            ignored.append(SkippedFile(printable, parts))
+            found.ignored.append(SkippedFile(printable, parts))
             continue
+        dump_file = placed(path, where, parts)
         try:
             info = os.stat(path)  # follows links; a loop or dangling link raises
         except OSError as exc:
-            skipped.append(SkippedFile(printable, f"cannot stat it ({exc.strerror})"))
+            found.not_files.append((dump_file, f"cannot stat it ({exc.strerror})"))
             continue
         kind = _kind_of(info.st_mode)
         if kind is None:
             try:
                 info, head = _read_head(path)
             except OSError as exc:
-                skipped.append(SkippedFile(printable, f"cannot open it ({exc.strerror}); check its permissions"))
+                found.unreadable.append((dump_file, f"cannot open it ({exc.strerror}); check its permissions"))
                 continue
             kind = _kind_of(info.st_mode)
+        found.identities.add((info.st_dev, info.st_ino))
         if kind is not None:
-            skipped.append(SkippedFile(printable, f"{kind}; not read"))
-            continue
-        dump_file = placed(path, where, parts)
-        if not head:
-            empty.append(dump_file)
-            continue
-        file_format = sniff(head)
-        if file_format is None:
-            ignored.append(SkippedFile(printable, "its first bytes are not those of a pickle or JSON dump"))
-            continue
-        if info.st_size > MAX_DUMP_BYTES:
-            skipped.append(SkippedFile(printable, f"{info.st_size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB "
-                                                  "a Flight Recorder dump can hold; not read"))
-            continue
-        candidates.append(replace(dump_file, file_format=file_format))
-
-    return finish(candidates, empty, skipped, ignored)
-
-
-def finish(candidates: list[DumpFile], empty: list[DumpFile], skipped: list[SkippedFile], ignored: list[SkippedFile]) -> Discovery:
-    """The Discovery of the dump-like files found (in a folder or an archive): empty files kept
-    only beside dumps of their name, hosts from the names, files in rank order, and a UsageError
-    where two files claim one rank."""
-    # An empty file is a rank killed before it dumped when its name is that of the dumps beside it.
-    dump_prefixes = {f.prefix for f in candidates}
-    for dump_file in empty:
-        if dump_file.prefix in dump_prefixes:
-            candidates.append(dump_file)
+            found.not_files.append((dump_file, f"{kind}; not read"))
+        elif info.st_size > MAX_DUMP_BYTES:
+            found.unreadable.append((dump_file, f"{info.st_size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB "
+                                                "a Flight Recorder dump can hold; not read"))
+        elif not head:
+            found.empty.append(dump_file)
         else:
-            ignored.append(SkippedFile(display_path(dump_file.path), "empty, and no dump beside it shares its name"))
+            found.sniffed(dump_file, head)
+    return finish(found, prefix is not None)
+
+
+def finish(found: Found, prefix_given: bool = False) -> Discovery:
+    """The Discovery of the dump-like files found (in a folder or an archive): the job's files
+    (job_files), empty files kept only beside dumps of their name, hosts from the names, files
+    in rank order, and a UsageError where two files claim one rank."""
+    candidates, empty, unread, ignored = job_files(found, prefix_given)
+    # An empty file is a rank killed before it dumped when its name is that of the dumps beside it.
+    if candidates:
+        candidates.extend(empty)
+    else:
+        ignored.extend(SkippedFile(display_path(f.path), "empty, and no dump beside it shares its name") for f in empty)
 
     candidates = _with_hosts_from_names(candidates)
     candidates.sort(key=lambda f: (f.rank, f.file_format != "pickle", f.path))
     by_rank: dict[int, DumpFile] = {}
     for dump_file in candidates:
         first = by_rank.setdefault(dump_file.rank, dump_file)
+        if first is not dump_file and first.path == dump_file.path:  # one archive member's name twice (tar -r)
+            raise UsageError(f"two dump files claim rank {dump_file.rank}: {display_path(first.path)} is in the archive "
+                             "twice (appended again?); keep one copy, e.g. extract it and pass the folder")
         if first.stem != dump_file.stem:
             raise UsageError(
                 f"two dump files claim rank {dump_file.rank}: {display_path(first.path)} and {display_path(dump_file.path)}; "
                 "move the one that does not belong out of the folder, or choose one name with --prefix")
-    return Discovery(tuple(candidates), tuple(skipped), tuple(ignored))
+    return Discovery(tuple(candidates), tuple(found.skipped), tuple(ignored), tuple(unread), frozenset(found.identities))
+
+
+def family_key(prefix: str) -> str:
+    """What the names of one job's files share: their prefix with each run of digits as one 0, so
+    that numbered hosts and pids inside names (trace_host-node01_5, trace_host-node02_9) are one job."""
+    return _DIGITS.sub("0", prefix)
+
+
+_DIGITS = re.compile(r"\d+")
+_FIELDS = re.compile(r"[_\-./]")
+
+
+def families_of(files: list[DumpFile]) -> dict[str, list[DumpFile]]:
+    """The files by job family: by family_key, then keys that differ in one field only (between
+    `_ - . /`) joined where their ranks do not overlap: the host field of `trace_host-a5_0` and
+    `trace_host-b7_1`. A stray `rng_state_7` or `metrics_3.json` shares no such shape with
+    `nccl_trace_rank_<rank>`, and `gloo_trace_rank_3` overlaps its ranks."""
+    by_key: dict[str, list[DumpFile]] = {}
+    for dump_file in files:
+        by_key.setdefault(family_key(dump_file.prefix), []).append(dump_file)
+    keys = sorted(by_key, key=lambda k: (-len({f.rank for f in by_key[k]}), k))  # the biggest take the others in
+    root = {key: key for key in keys}
+    ranks = {key: {f.rank for f in by_key[key]} for key in keys}
+
+    def find(key: str) -> str:
+        while root[key] != key:
+            key = root[key]
+        return key
+
+    shapes: dict[tuple, str] = {}  # the key with one field blanked -> the first key of that shape
+    for key in keys:
+        fields = _FIELDS.split(key)
+        for i in range(len(fields)):
+            shape = (len(fields), i, *fields[:i], *fields[i + 1:], *_FIELDS.findall(key))
+            first = shapes.setdefault(shape, key)
+            a, b = find(first), find(key)
+            if a != b and not ranks[a] & ranks[b]:
+                root[b] = a
+                ranks[a] |= ranks.pop(b)
+    joined: dict[str, list[DumpFile]] = {}
+    for key in keys:
+        joined.setdefault(find(key), []).extend(by_key[key])
+    return joined
+
+
+def job_files(found: Found, prefix_given: bool) -> tuple[list[DumpFile], list[DumpFile], list[tuple[DumpFile, str]], list[SkippedFile]]:
+    """(candidates, empty files, unreadable files, ignored files) of the job; the job's names
+    that are no regular file are added to found.skipped.
+
+    The job is the set of files named alike (family_key) that most looks like one: whose first
+    bytes hold a Flight Recorder key, then with the most ranks. Files named otherwise are ignored
+    with the reason, and never count into the world or claim a rank: a stray `rng_state_7` or
+    `metrics_3.json`. Where another set also looks like a whole job (Flight Recorder keys, at
+    least two ranks, at least half as many), that is a UsageError naming both. With --prefix the
+    user chose: every file holding it is the job's. Unreadable files of the job's name are
+    skipped (said, and their ranks named); without any candidate, no set is the job.
+    """
+    ignored = list(found.ignored)
+    if not found.candidates:
+        ignored.extend(SkippedFile(display_path(f.path), reason) for f, reason in [*found.unreadable, *found.not_files])
+        return [], list(found.empty), [], ignored
+    skipped = found.skipped
+    if prefix_given:
+        skipped.extend(SkippedFile(display_path(f.path), reason) for f, reason in found.not_files)
+        return list(found.candidates), list(found.empty), list(found.unreadable), ignored
+    unreadable = [f for f, _ in found.unreadable]
+    not_files = [f for f, _ in found.not_files]
+    families = families_of([*found.candidates, *found.empty, *unreadable, *not_files])
+    family_of = {f.path: key for key, files in families.items() for f in files}
+    readable = {id(f) for f in found.candidates}
+
+    def score(key: str) -> tuple[bool, int]:
+        files = [f for f in families[key] if id(f) in readable]
+        return any(f.path in found.marked for f in files), len({f.rank for f in files})
+
+    ranked = sorted(families, key=score, reverse=True)
+    job = ranked[0]
+    marked, ranks = score(job)
+    for other in ranked[1:]:
+        other_marked, other_ranks = score(other)
+        if other_marked and other_ranks >= 2 and 2 * other_ranks >= ranks:
+            raise UsageError(f"two sets of dumps in one folder: {_example(families[job])} ({ranks} ranks) and "
+                             f"{_example(families[other])} ({other_ranks} ranks); pass -p with the prefix of the one to read "
+                             "(or a prefix both hold, if they are one job)")
+    unlike = f"named unlike the job's {ranks} dump(s) ({_example(families[job])}): not part of the job, not read"
+    kept = [f for f in found.candidates if family_of[f.path] == job]
+    ignored.extend(SkippedFile(display_path(f.path), unlike) for f in found.candidates if family_of[f.path] != job)
+    empty = [f for f in found.empty if family_of[f.path] == job]
+    ignored.extend(SkippedFile(display_path(f.path), "empty, and no dump beside it shares its name")
+                   for f in found.empty if family_of[f.path] != job)
+    unread = [(f, why) for f, why in found.unreadable if family_of[f.path] == job]
+    ignored.extend(SkippedFile(display_path(f.path), why) for f, why in found.unreadable if family_of[f.path] != job)
+    for dump_file, why in found.not_files:  # said when named like the job's dumps, but no dump: no rank named
+        (skipped if family_of[dump_file.path] == job else ignored).append(SkippedFile(display_path(dump_file.path), why))
+    return kept, empty, unread, ignored
+
+
+def _example(files: list[DumpFile]) -> str:
+    return display_path(f"{min(files, key=lambda f: f.rank).prefix}<rank>")
 
 
 _MAX_DEPTH = 8  # folders below the dump folder that are searched (host/job/attempt/... is deep enough)

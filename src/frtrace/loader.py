@@ -24,7 +24,7 @@ from .errors import DumpError, InternalError, display_path, printable
 from .fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
 from .groups import outvoted_configs
 from .limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
-from .safe_read import HugeInt, parse_raw, read_raw, short_reason
+from .safe_read import HugeInt, read_raw, short_reason
 from .runs import make_runs
 from .types import (
     SEQ_PER_GROUP,
@@ -573,12 +573,12 @@ def read_dump(path: str, rank: int) -> Dump:
 
 
 def _load_one(job: tuple) -> CompactDump | DumpError | InternalError:
-    """Read one file, (path, rank) or (name, rank, its bytes from an archive), into its compact
-    form; runs in a worker process. Errors come back as values: a DumpError costs the file, an
-    InternalError (a bug of ours) stops the run."""
+    """Read one file, (path, rank) or (name, rank, the file holding it: an archive member's copy),
+    into its compact form; runs in a worker process. Errors come back as values: a DumpError
+    costs the file, an InternalError (a bug of ours) stops the run."""
     path, rank = job[0], job[1]
     try:
-        raw, file_format = parse_raw(job[2], path) if len(job) > 2 else read_raw(path)
+        raw, file_format = read_raw(job[2], shown=path) if len(job) > 2 else read_raw(path)
         return compact(raw, rank, path, file_format)
     except DumpError as exc:
         return exc
@@ -616,8 +616,7 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
     return max(sizes) if sizes else None
 
 
-def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1, bound_by_configs: bool = True,
-               contents: dict[str, bytes] | None = None) -> LoadResult:
+def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1, bound_by_configs: bool = True) -> LoadResult:
     """Read every rank's dump; a file that cannot be used is skipped with its reason.
 
     Files are read in `workers` processes, each sending back a compact form. When a rank has a
@@ -625,13 +624,11 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     `bound_by_configs`, ranks beyond the world that the dumps' default-group pg_config describes
     are ignored (a file such as `backup_100` beside a 4-rank job). An InternalError from any
     file is raised: a bug of frtrace's is never turned into a skipped, then blamed, rank.
-    `contents` holds the bytes of files read from an archive, by their path.
+    A file from an archive is read from its copy (DumpFile.source) and named by its member.
     """
-    contents = contents or {}
 
     def job(dump_file: DumpFile) -> tuple:
-        data = contents.get(dump_file.path)
-        return (dump_file.path, dump_file.rank) if data is None else (dump_file.path, dump_file.rank, data)
+        return (dump_file.path, dump_file.rank, dump_file.source) if dump_file.source else (dump_file.path, dump_file.rank)
 
     choices: dict[int, list[DumpFile]] = {}
     for dump_file in discovery.files:
@@ -661,6 +658,9 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
             else:
                 notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used[rank].path)}; not read")
 
+    for dump_file, reason in discovery.unread:  # named like the job's dumps and not readable: counted as skipped
+        unreadable.setdefault(dump_file.rank, []).append(SkippedFile(display_path(dump_file.path), reason))
+        choices.setdefault(dump_file.rank, []).append(dump_file)  # after the readable ones: never read
     world = _world_from_configs(dumps) if bound_by_configs else None
     outside = sorted(r for r in choices if world is not None and r >= world)
     ignored = list(discovery.ignored)
@@ -673,4 +673,5 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     notes[:0] = [f"{item.path}: ignored, {item.reason}" for item in ignored]
     ranks_named = frozenset(choices).difference(outside)
     sources = {rank: used.get(rank, files[0]) for rank, files in choices.items() if rank not in outside}
-    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes), tuple(ignored), sources)
+    unread = {rank: unreadable[rank][0].reason for rank in ranks_named if rank not in dumps and unreadable.get(rank)}
+    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes), tuple(ignored), sources, unread)

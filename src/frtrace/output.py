@@ -45,21 +45,6 @@ class PlannedOutput:
         return not self.target
 
 
-def _folder_files(directory: str) -> set[tuple[int, int]]:
-    """(device, inode) of every file under the dump folder, links followed."""
-    found: set[tuple[int, int]] = set()
-    for root, _, names in os.walk(directory):
-        for name in names:
-            try:
-                info = os.stat(os.path.join(root, name))
-            except OSError:
-                continue
-            found.add((info.st_dev, info.st_ino))
-            if len(found) >= _MAX_FOLDER_FILES:
-                return found
-    return found
-
-
 def resolved(path: str) -> str:
     """os.path.realpath, or a UsageError where a relative path cannot be resolved: the working
     directory was deleted (a job's scratch folder cleaned up under a shell still in it)."""
@@ -70,20 +55,15 @@ def resolved(path: str) -> str:
                          "cd to an existing folder or give an absolute path") from None
 
 
-def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> list[PlannedOutput]:
+def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str,
+                 inputs: frozenset[tuple[int, int]] = frozenset()) -> list[PlannedOutput]:
     """Check every (flag, path, what, binary) before any work: UsageError (exit 2) for an output
-    that is the same file as another output or as any file under `dump_dir`, or that would land
-    in the dump folder under a dump's name; OutputError for one that cannot be written."""
+    that is the same file as another output, as any input file (`inputs`: the (device, inode) of
+    every file discovery looked at; the archive itself), or as any file already under `dump_dir`,
+    or that would land in the dump folder under a dump's name; OutputError for one that cannot be
+    written. Nothing under the folder is walked: what exists there is found by its resolved path."""
     plans: list[PlannedOutput] = []
     identities: dict[object, str] = {}  # (dev, ino) or resolved path -> the flag that claimed it
-    if os.path.isdir(dump_dir):
-        folder = _folder_files(dump_dir)
-    else:  # an archive: it is the input never to be written over
-        try:
-            info = os.stat(dump_dir)
-            folder = {(info.st_dev, info.st_ino)}
-        except OSError:
-            folder = set()
     real_dump_dir = resolved(dump_dir)
     for flag, path, what, binary in requested:
         shown = display_path(path)
@@ -110,11 +90,12 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str) -> 
                 plan, identity = PlannedOutput(flag, path, what, binary, target, None, None), target
             else:
                 identity = (info.st_dev, info.st_ino)
-                if identity in folder:
+                target = resolved(path)
+                inside = target.startswith(real_dump_dir + os.sep) or (target == real_dump_dir and not stat.S_ISDIR(info.st_mode))
+                if identity in inputs or inside:
                     raise UsageError(f"{flag} {shown}: that is a file of the dump folder {display_path(dump_dir)}; "
                                      f"frtrace never writes over its input, choose another path for the {what}")
                 if stat.S_ISREG(info.st_mode):
-                    target = resolved(path)
                     if not os.access(os.path.dirname(target), os.W_OK):
                         raise OutputError(f"{shown}: cannot write in {display_path(os.path.dirname(target))}; "
                                           f"choose another path for the {what}")

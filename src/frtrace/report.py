@@ -22,17 +22,20 @@ def _where(finding: Finding) -> str:
     return ""
 
 
-def culprit_files(analysis: Analysis, sources: dict) -> list[dict[str, Any]]:
-    """Per culprit, the file its dump came from (as a path under the dump folder) and the host
-    its folder or name shows, so a person knows which node to look at."""
+def culprit_files(analysis: Analysis, sources: dict, unread: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """Per culprit, the file its dump came from (as a path under the dump folder), the host its
+    folder or name shows, so a person knows which node to look at, and why that file could not be
+    read where it could not (`not_read`)."""
+    unread = unread or {}
     return [{"rank": rank, "file": printable(sources[rank].where) if rank in sources else None,
-             "host": printable(sources[rank].host) if rank in sources and sources[rank].host else None}
+             "host": printable(sources[rank].host) if rank in sources and sources[rank].host else None,
+             "not_read": unread.get(rank)}
             for rank in analysis.culprit_ranks]
 
 
 def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[SkippedFile, ...], out: TextIO, *,
                 mismatch_cap: int = 10, print_stack_trace: bool = False, verbose: bool = False,
-                sources: dict | None = None) -> None:
+                sources: dict | None = None, unread: dict[int, str] | None = None) -> None:
     """The report: verdict line first, then what decided it, findings, the culprit's stack, a
     summary, warnings."""
     print(analysis.headline, file=out)
@@ -80,7 +83,8 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
     if analysis.culprit_ranks:
         summary.append(["culprit ranks", format_ranks(analysis.culprit_ranks)])
         shown = [f"rank {c['rank']}: {c['file'] or 'no file'}" + (f" (host {c['host']})" if c["host"] else "")
-                 for c in culprit_files(analysis, sources or {})[:8]]
+                 + (f" (not read: {c['not_read']})" if c["not_read"] else "")
+                 for c in culprit_files(analysis, sources or {}, unread)[:8]]
         summary.append(["culprit files", "; ".join(shown) + ("; ..." if len(analysis.culprit_ranks) > 8 else "")])
     failing = {rank: [c.failure_text() for c in dump.health if not c.passed] for rank, dump in dumps.items()}
     failing = {rank: checks for rank, checks in failing.items() if checks}
@@ -105,18 +109,19 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
 
 
 JSON_SCHEMA_VERSION = 6  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
-# 6: each health check's detail and fields
+# 6: each health check's detail and fields, each culprit file's not_read
 
 
 def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: tuple[SkippedFile, ...] = (),
-                sources: dict | None = None, dumps: dict[int, Dump] | None = None) -> dict[str, Any]:
+                sources: dict | None = None, dumps: dict[int, Dump] | None = None,
+                unread: dict[int, str] | None = None) -> dict[str, Any]:
     """The JSON report, in the documented schema."""
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "frtrace_version": __version__,
         "verdict": analysis.verdict,
         "culprit_ranks": list(analysis.culprit_ranks),
-        "culprit_files": culprit_files(analysis, sources or {}),
+        "culprit_files": culprit_files(analysis, sources or {}, unread),
         "headline": analysis.headline,
         "evidence": list(analysis.evidence),
         "ranks_loaded": list(analysis.ranks_loaded),

@@ -49,12 +49,18 @@ def _bounded_int(text: str) -> int | HugeInt:
     return int(text) if len(text) <= 20 else HugeInt(len(text))
 
 
-def read_raw(path: str) -> tuple[Any, str]:
+def read_raw(path: str, shown: str | None = None) -> tuple[Any, str]:
     """The raw object held by a dump file, and "pickle" or "json" (sniffed from the first bytes).
 
     The file is opened non-blocking (a FIFO that replaced it since discovery must not block),
     checked to be a regular file of bounded size, sniffed from its first bytes before the rest is
-    read, and parsed under a memory ceiling (limits.bounded_memory)."""
+    read, and parsed under a memory ceiling (limits.bounded_memory). Errors name the file as
+    `shown` where it is given (an archive member, read from its copy)."""
+    if shown is not None:
+        try:
+            return read_raw(path)
+        except DumpError as exc:
+            raise DumpError(shown, exc.reason) from None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:

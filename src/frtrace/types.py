@@ -306,7 +306,8 @@ class LoadResult:
     ranks_named: frozenset[int]  # every rank a candidate file name pointed at, read or not
     notes: tuple[str, ...] = ()
     ignored: tuple[SkippedFile, ...] = ()  # files that are not dumps of this job, with why
-    sources: dict = field(default_factory=dict)  # rank -> the DumpFile its dump was read from
+    sources: dict = field(default_factory=dict)  # rank -> the DumpFile its dump was read from (or could not be)
+    unread: dict[int, str] = field(default_factory=dict)  # rank -> why its file could not be read, for ranks named but not loaded
 
 
 @dataclass(frozen=True, slots=True, eq=False)
