@@ -13,8 +13,8 @@ import fuzz_dumps
 @pytest.mark.process
 def test_fuzzed_real_dumps_are_handled_within_the_caps(tmp_path):
     iterations = int(os.environ.get("FRTRACE_FUZZ_ITERATIONS", "2000"))
-    counts = fuzz_dumps.fuzz(iterations, seed=20261121, work=tmp_path, report=None)
-    assert counts["iterations"] == iterations
+    counts = fuzz_dumps.fuzz(iterations, seed=20261121, work=tmp_path, report=None, archives=0.5)
+    assert counts["iterations"] == iterations and sum(counts["by_archive_mutation"].values()) > iterations // 3
     assert counts["peak_mib"] < fuzz_dumps.MEMORY_CAP_MIB
     assert sum(counts["exit"].values()) == iterations and counts["exit"][2] + counts["exit"][1] > 0
 
@@ -39,6 +39,24 @@ def test_the_fuzzer_notices_an_internal_error(tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "read_raw", broken)
     with pytest.raises(AssertionError, match="exit status 3; traceback or internal error on stderr"):
         fuzz_dumps.fuzz(3, seed=1, work=tmp_path, report=None)
+
+
+@pytest.mark.process
+def test_the_fuzzer_notices_a_temporary_file_left_behind(tmp_path, monkeypatch):
+    from frtrace import archive
+
+    monkeypatch.setattr(archive.shutil, "rmtree", lambda *a, **k: None)  # the unpacked copies never removed
+    with pytest.raises(AssertionError, match="left behind in the temporary folder: frtrace-archive-"):
+        fuzz_dumps.fuzz(6, seed=1, work=tmp_path, report=None, archives=1.0)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("kind", fuzz_dumps.ARCHIVE_MUTATIONS)
+def test_each_archive_mutation_makes_a_readable_or_damaged_archive(tmp_path, kind):
+    import random
+    folder = fuzz_dumps.real_fixtures()[0]
+    archive = fuzz_dumps.archived(folder, tmp_path / "dumps", kind, random.Random(5))
+    assert archive.exists() and archive.name.startswith("dumps.") and archive.stat().st_size > 0
 
 
 @pytest.mark.process
