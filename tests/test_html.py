@@ -138,3 +138,18 @@ def test_a_script_error_in_the_page_is_caught(tmp_path):
     _, errors = render(path)
     assert errors and "undefinedFunction" in errors[0]
 
+
+
+@browser
+def test_a_culprits_failed_health_check_is_shown_beside_it_in_chromium(tmp_path):
+    from conftest import make_dump, ops, write_dumps
+
+    dumps = {r: make_dump(ops(10 if r != 3 else 6)) for r in range(4)}
+    dumps[3]["health_check_results"] = {"gpu": {"status": "failed", "index": 5, "uuid": "GPU-8d2c", "error": "Xid 48 <b>"}}
+    path = tmp_path / "r.html"
+    main(["-d", str(write_dumps(tmp_path / "d", dumps, prefix="_dump_")), "--html", str(path)])
+    dom, errors = render(path)
+    assert errors == []
+    health = dom.split('id="health"')[1].split("</table>")[0]
+    assert "rank 3" in health and "Xid 48 &lt;b&gt; (index 5, uuid GPU-8d2c)" in health and "<b>" not in health
+    assert dom.index('id="health"') < dom.index('id="grid"')  # beside the culprit, before the grid

@@ -87,7 +87,7 @@ def _evidence(analysis: Analysis) -> str:
 def _health(analysis: Analysis, dumps: dict[int, Dump]) -> str:
     """The culprits' failed health checks with every field they gave (device, uuid, error): often
     the root cause itself."""
-    rows = [f"<tr><td>rank {rank}</td><td>{escape(check.check)}</td><td>{escape(check.said)}</td>"
+    rows = [f"<tr><td style='white-space:nowrap'>rank {rank}</td><td>{escape(check.check)}</td><td>{escape(check.said)}</td>"
             f"<td>{escape(check.detail)}</td><td>{escape(', '.join(f'{k}={v}' for k, v in check.fields))}</td></tr>"
             for rank in analysis.culprit_ranks if rank in dumps for check in dumps[rank].health if not check.passed]
     if not rows:
