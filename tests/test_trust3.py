@@ -495,3 +495,10 @@ def test_a_member_named_like_a_dump_that_is_an_archive_says_so(tmp_path, capsys)
     main(["-d", str(_tar(tmp_path / "a.tar", members, "w"))])
     assert "nccl_trace_rank_3: its first bytes are not those of a pickle or JSON dump (it is a zip archive" in \
         capsys.readouterr().err
+
+
+def test_the_job_rule_holds_inside_an_archive(tmp_path):
+    members = [*_members().items(), ("dumps/rng_state_7", pickle.dumps({"state": [1, 2]})), ("dumps/metrics_3.json", b"{}")]
+    report = _report(tmp_path, "-d", str(_tar(tmp_path / "a.tar.gz", members)))
+    assert report["culprit_ranks"] == [2] and report["ranks_loaded"] == [0, 1, 2, 3] and report["ranks_missing"] == []
+    assert sum("named unlike the job's 4 dump(s)" in i["reason"] for i in report["ignored_files"]) == 2
