@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+
+import pytest
 import shutil
 from pathlib import Path
 
@@ -27,7 +29,9 @@ def test_a_real_hang_dumped_twice_is_stuck_with_the_hung_rank_frozen_and_the_oth
     main(["compare", str(PAIRS / "twice_hang_rank2" / "a"), str(PAIRS / "twice_hang_rank2" / "b")])
     first = capsys.readouterr().out.splitlines()[0]
     assert first == ("STUCK: no rank moved between A and B, so the hang predates A: rank 2 is frozen (B's culprit); "
-                     "ranks 0-1,3 wait in all_reduce #10 of default_pg")
+                     "ranks 0-1,3 wait in all_reduce #10 of default_pg; every rank's dump is the same in A and B, record "
+                     "for record: if B is not a copy of A (its archive, say), the job made no progress at all between the "
+                     "two dumps")  # gloo records no times that move: a real hang dumped twice is byte for byte the same
 
 
 def test_a_real_healthy_job_dumped_twice_is_progressing(tmp_path):
@@ -68,15 +72,17 @@ def test_sets_that_share_no_rank_are_refused(tmp_path, capsys):
     assert "share no rank" in capsys.readouterr().err
 
 
-def _timed(duration_ms: float, ops: int = 4) -> dict:
-    return {r: make_dump([entry(seq=s, backend="nccl", state="completed", duration_ms=duration_ms) for s in range(1, ops + 1)]
-                         + [entry(seq=ops + 1, backend="nccl", state="completed", op="broadcast", duration_ms=1.0)])
+def _timed(duration_ms: float, later: int = 0) -> dict:
+    """4 all_reduces and a broadcast, then `later` all_reduces more (the same job, dumped later)."""
+    def op(seq: int, name: str = "all_reduce", took: float = duration_ms) -> dict:
+        return entry(seq=seq, backend="nccl", state="completed", op=name, duration_ms=took)
+    return {r: make_dump([*(op(s) for s in range(1, 5)), op(5, "broadcast", 1.0), *(op(s) for s in range(6, 6 + later))])
             for r in range(2)}
 
 
 def test_timing_lists_the_ops_that_got_slower_first(tmp_path, capsys):
     write_dumps(tmp_path / "a", _timed(2.0))
-    write_dumps(tmp_path / "b", _timed(6.0, ops=6))
+    write_dumps(tmp_path / "b", _timed(6.0, later=2))
     code, report = compare(tmp_path, tmp_path / "a", tmp_path / "b", "--timing")
     first = report["timing"][0]
     assert first["op"] == "all_reduce" and first["count"] == [8, 12] and first["change"] == 3.0
@@ -94,3 +100,61 @@ def test_the_json_output_is_never_one_of_the_dumps(tmp_path):
     before = (b / "nccl_trace_rank_0").read_bytes()
     assert main(["compare", str(PAIRS / "twice_healthy" / "a"), str(b), "--json", str(b / "nccl_trace_rank_0")]) == 2
     assert (b / "nccl_trace_rank_0").read_bytes() == before
+
+
+# ---------------------------------------------------------------------------- one job, or not (issue 28)
+FIXTURES = PAIRS.parent
+
+
+def _refused(a: Path, b: Path, capsys) -> str:
+    assert main(["compare", str(a), str(b)]) == 2
+    (said,) = capsys.readouterr().err.strip().splitlines()
+    return said
+
+
+def test_two_unrelated_jobs_are_refused_naming_what_differs(tmp_path, capsys):
+    said = _refused(FIXTURES / "skip_goes_on", PAIRS / "twice_healthy" / "a", capsys)  # was PROGRESSING, exit 0
+    assert "are not one job dumped twice: " in said and "compare two dump sets of one job" in said
+    said = _refused(PAIRS / "twice_healthy" / "a", FIXTURES / "skip_goes_on_rank5_of_8", capsys)  # 4 ranks, then 8
+    assert "are not one job dumped twice: " in said and "pass the earlier set first" not in said
+
+
+@pytest.mark.parametrize("spelling", ["same", "link"])
+def test_a_set_compared_with_itself_is_refused(tmp_path, capsys, spelling):
+    a = PAIRS / "twice_healthy" / "a"
+    b = a
+    if spelling == "link":
+        b = tmp_path / "alias"
+        b.symlink_to(a)
+    said = _refused(a, b, capsys)  # was STUCK, exit 1
+    assert "are the same dump set (the same files)" in said
+
+
+def test_a_set_and_its_own_archive_say_they_may_be_one_dump(tmp_path, capsys):
+    import tarfile
+    a = PAIRS / "twice_healthy" / "a"
+    with tarfile.open(tmp_path / "a.tar.gz", "w:gz") as archive:
+        archive.add(a, arcname="a")
+    code, report = compare(tmp_path, a, tmp_path / "a.tar.gz")
+    assert code == 1 and report["verdict"] == "stuck"
+    assert report["headline"].endswith("if B is not a copy of A (its archive, say), the job made no progress at all "
+                                       "between the two dumps")
+
+
+def test_a_rank_whose_records_go_back_is_a_different_job(tmp_path, capsys):
+    b = tmp_path / "b"
+    shutil.copytree(PAIRS / "twice_healthy" / "b", b)
+    shutil.copy(PAIRS / "twice_hang_rank2" / "a" / "nccl_trace_rank_1", b / "nccl_trace_rank_1")
+    said = _refused(PAIRS / "twice_healthy" / "a", b, capsys)
+    assert "not one job dumped twice: rank 1" in said
+
+
+def test_a_group_with_another_desc_is_a_different_job(tmp_path, capsys):
+    def job(desc: str, ops: int) -> dict:
+        return {r: make_dump([entry(seq=s) for s in range(1, ops + 1)] + [entry(pg="1", desc=desc, seq=1)]) for r in range(2)}
+
+    write_dumps(tmp_path / "a", job("tp", 3))
+    write_dumps(tmp_path / "b", job("dp", 3))
+    said = _refused(tmp_path / "a", tmp_path / "b", capsys)
+    assert said.endswith("are not one job dumped twice: group pg 1 is tp in A and dp in B; compare two dump sets of one "
+                         "job, the earlier first")

@@ -521,24 +521,36 @@ def parse_compare(argv: Sequence[str]) -> CompareOptions:
 
 def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
     """Compare two sets as the options say; 0 progressing, 1 stuck or partly stuck."""
-    from .progress import compare_sets, comparison_dict, op_timings, render_comparison
+    from .progress import compare_sets, comparison_dict, not_one_job, older, op_timings, render_comparison, same_set
 
     requested = [("--json", options.json_path, "JSON comparison", False)] if options.json_path else []
-    sets = []
+    sets, files = [], []
     for path in (options.earlier, options.later):
         with discovered(path, options.prefix) as discovery:
             plans = plan_outputs(requested, path, discovery.identities)  # refused the same way for either set
+            files.append(discovery.identities)
+            if len(files) == 2 and files[0] == files[1]:  # before reading B: it is A
+                raise UsageError(f"{display_path(options.earlier)} and {display_path(options.later)} are the same dump set "
+                                 "(the same files): nothing can have moved between them; pass a set taken later as B")
             sets.append(load_set(discovery, path, options.prefix, err, jobs=options.jobs))
     (loaded_a, table_a), (loaded_b, table_b) = sets
-    anchor_relative_seqs(loaded_a.dumps, table_a)
-    analysis_b = analyze(loaded_b.dumps, table_b, notes=loaded_b.notes, anchoring=anchor_relative_seqs(loaded_b.dumps, table_b))
+    a, b = display_path(options.earlier), display_path(options.later)
     if not loaded_a.dumps.keys() & loaded_b.dumps.keys():
-        raise UsageError(f"{display_path(options.earlier)} and {display_path(options.later)} share no rank: "
-                         "not two dumps of one job")
+        raise UsageError(f"{a} and {b} share no rank: not two dumps of one job")
+    anchor_relative_seqs(loaded_a.dumps, table_a)
+    anchoring_b = anchor_relative_seqs(loaded_b.dumps, table_b)
+    difference = not_one_job(loaded_a.dumps, table_a, loaded_b.dumps, table_b, forward=False)
+    if not difference and older(loaded_a.dumps, loaded_b.dumps):
+        raise UsageError(f"every rank holds fewer records in {b} than in {a}: pass the earlier set first")
+    difference = difference or not_one_job(loaded_a.dumps, table_a, loaded_b.dumps, table_b)
+    if difference:
+        raise UsageError(f"{a} and {b} are not one job dumped twice: {difference}; compare two dump sets of one job, "
+                         "the earlier first")
+    analysis_b = analyze(loaded_b.dumps, table_b, notes=loaded_b.notes, anchoring=anchoring_b)
     comparison = compare_sets(loaded_a.dumps, table_a, loaded_b.dumps, table_b, analysis_b)
-    if comparison.backwards and len(comparison.backwards) == len(comparison.steps):
-        raise UsageError(f"every rank holds fewer records in {display_path(options.later)} than in "
-                         f"{display_path(options.earlier)}: pass the earlier set first")
+    if same_set(loaded_a.dumps, loaded_b.dumps):  # a hung gloo job dumped twice is so too: said, not refused
+        comparison.headline += ("; every rank's dump is the same in A and B, record for record: if B is not a copy of A "
+                                "(its archive, say), the job made no progress at all between the two dumps")
     timings = op_timings(loaded_a.dumps, table_a, loaded_b.dumps, table_b) if options.timing else None
     if options.json_path:
         payload = comparison_dict(comparison, timings, __version__)

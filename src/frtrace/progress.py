@@ -67,7 +67,6 @@ class Comparison:
     only_in_b: list[int]
     groups_only_in_a: list[str]
     groups_only_in_b: list[str]
-    backwards: list[int]
     analysis_b: Analysis
     notes: list[str] = field(default_factory=list)
 
@@ -120,16 +119,99 @@ def _sits_in(rank: int, dump: Dump, analysis: Analysis, table: GroupTable) -> st
     return f"last op {entry_label(last, table)} ({last.state})"
 
 
+def older(dumps_a: dict[int, Dump], dumps_b: dict[int, Dump]) -> bool:
+    """Whether every rank both sets hold made fewer records by B than by A: B was taken first."""
+    shared = dumps_a.keys() & dumps_b.keys()
+    return bool(shared) and all(_records(dumps_b[rank]) < _records(dumps_a[rank]) for rank in shared)
+
+
+def same_set(dumps_a: dict[int, Dump], dumps_b: dict[int, Dump]) -> bool:
+    """Whether A and B hold the same dumps: the same ranks, each with the same records, ops and
+    states (one folder twice, a link to it, or its own archive)."""
+    if dumps_a.keys() != dumps_b.keys():
+        return False
+    return all(_record_view(dumps_a[rank]) == _record_view(dumps_b[rank]) for rank in dumps_a)
+
+
+def _record_view(dump: Dump) -> tuple:
+    entries = dump.entries
+    return (list(entries.record_id), [entries.kinds[k] for k in entries.kind], [entries.states[s] for s in entries.state],
+            list(entries.collective_seq_id), list(entries.p2p_seq_id))
+
+
+def not_one_job(dumps_a: dict[int, Dump], table_a: GroupTable, dumps_b: dict[int, Dump], table_b: GroupTable,
+                forward: bool = True) -> str | None:
+    """What shows that A and B are not one job dumped twice, in words, or None.
+
+    One job keeps its groups (a name both sets use has the same desc, and, where both read it from
+    pg_config, the same members), and the records both sets hold of a rank are the same ops. With
+    `forward`, B also continues A on every rank both hold: no fewer records, no group's seq ids
+    going back. Ranks and groups in one set only are no difference (a dump can be missing)."""
+    descs_a, descs_b = _groups_by_name(table_a), _groups_by_name(table_b)
+    for name in sorted(descs_a.keys() & descs_b.keys()):
+        (desc_a, members_a), (desc_b, members_b) = descs_a[name], descs_b[name]
+        if desc_a != desc_b:
+            return f"group pg {name} is {desc_a or 'without a desc'} in A and {desc_b or 'without a desc'} in B"
+        if members_a is not None and members_b is not None and members_a != members_b:
+            return (f"group {desc_a or name} (pg {name}) has ranks {format_ranks(sorted(members_a))} in A and "
+                    f"{format_ranks(sorted(members_b))} in B")
+    for rank in sorted(dumps_a.keys() & dumps_b.keys()):
+        said = _not_continued(rank, dumps_a[rank], table_a, dumps_b[rank], table_b, forward)
+        if said:
+            return said
+    return None
+
+
+def _groups_by_name(table: GroupTable) -> dict[str, tuple[str, frozenset | None]]:
+    """Group name -> (desc, its members where pg_config gave them, else None); names that split_group
+    repeats with other members are left out (their members are not one list)."""
+    found: dict[str, list] = defaultdict(list)
+    for group in table.groups:
+        found[group.name].append(group)
+    return {name: (groups[0].desc if groups[0].desc != "undefined" else "",
+                   None if groups[0].inferred else frozenset(groups[0].ranks))
+            for name, groups in found.items() if len(groups) == 1}
+
+
+def _not_continued(rank: int, a: Dump, table_a: GroupTable, b: Dump, table_b: GroupTable, forward: bool) -> str | None:
+    ids_a, ids_b = list(a.entries.record_id), list(b.entries.record_id)
+    if ids_a and ids_b and None not in ids_a and None not in ids_b:
+        if forward and ids_b[-1] < ids_a[-1]:
+            return f"rank {rank} holds records up to {ids_a[-1]} in A but only to {ids_b[-1]} in B"
+        where_b = {record: i for i, record in enumerate(ids_b)}
+        for i, record in enumerate(ids_a):  # the records both hold are the same ops
+            j = where_b.get(record)
+            if j is None:
+                continue
+            op_a, op_b = _record_label(a, i, table_a), _record_label(b, j, table_b)
+            if op_a != op_b:
+                return f"rank {rank}'s record {record} is {op_a} in A and {op_b} in B"
+    if not forward:
+        return None
+    standing_a, standing_b = _standings(a, table_a), _standings(b, table_b)
+    for label in sorted(standing_a.keys() & standing_b.keys()):
+        if standing_b[label].issued < standing_a[label].issued:
+            return (f"rank {rank}'s last op in {label} is #{standing_a[label].issued} in A but #{standing_b[label].issued} "
+                    "in B")
+    return None
+
+
+def _record_label(dump: Dump, index: int, table: GroupTable) -> str:
+    entries = dump.entries
+    kind = entries.kinds[entries.kind[index]]
+    seq = f"p2p #{entries.p2p_seq_id[index]}" if kind.is_p2p else f"#{entries.collective_seq_id[index]}"
+    group = table.group_of(dump.rank, kind.pg_name)
+    sizes = "x".join(map(str, kind.input_sizes[0])) if kind.input_sizes and kind.input_sizes[0] else "-"
+    return f"{kind.op} {seq} of {group.label if group else kind.pg_name} ({sizes})"
+
+
 def compare_sets(dumps_a: dict[int, Dump], table_a: GroupTable, dumps_b: dict[int, Dump], table_b: GroupTable,
                  analysis_b: Analysis) -> Comparison:
     shared = sorted(dumps_a.keys() & dumps_b.keys())
     steps: list[RankStep] = []
-    backwards: list[int] = []
     for rank in shared:
         a, b = dumps_a[rank], dumps_b[rank]
         records, done = (_records(a), _records(b)), (_completed(a), _completed(b))
-        if records[1] < records[0]:
-            backwards.append(rank)
         standing_a, standing_b = _standings(a, table_a), _standings(b, table_b)
         groups = {label: (standing_a[label], standing_b[label]) for label in standing_a.keys() & standing_b.keys()}
         moved = records[1] > records[0] or done[1] > done[0]
@@ -141,10 +223,7 @@ def compare_sets(dumps_a: dict[int, Dump], table_a: GroupTable, dumps_b: dict[in
     verdict, headline = _verdict(steps, frozen, moving, analysis_b)
     comparison = Comparison(verdict, headline, steps, frozen, moving, sorted(dumps_a.keys() - dumps_b.keys()),
                             sorted(dumps_b.keys() - dumps_a.keys()), sorted(labels_a - labels_b), sorted(labels_b - labels_a),
-                            backwards, analysis_b)
-    if backwards:
-        comparison.notes.append(f"rank(s) {format_ranks(backwards)}: B holds fewer records than A (a restarted job, or "
-                                "the sets passed in the wrong order: A is the earlier one)")
+                            analysis_b)
     for name, ranks in (("only in A", comparison.only_in_a), ("only in B", comparison.only_in_b)):
         if ranks:
             comparison.notes.append(f"rank(s) {format_ranks(ranks)} {name}: compared on the ranks both sets hold")
