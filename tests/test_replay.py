@@ -1,6 +1,6 @@
 """`frtrace replay`: a dump set's communication written as a plan, and run on real gloo.
 
-The round trips need torch (`pip install -e ".[test,replay]"`, as CI does); without it they are
+The round trips need torch (`pip install -e ".[test,replay]" -c tests/constraints.txt`, as CI does); without it they are
 skipped with a reason. Each one spawns the fixture's ranks, so together they take a few minutes.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +112,8 @@ def test_replay_never_writes_into_or_over_what_it_was_given(tmp_path, capsys):
 @pytest.mark.parametrize("text,says", [
     ("{\"format\": \"frtrace-replay\", \"ranks\"", "cannot read the plan"),  # cut short
     ("[1, 2, 3]", "not a replay plan"),
-    ("{\"format\": \"frtrace-replay\", \"world_size\": 2, \"groups\": [], \"ranks\": {\"0\": []}, \"silent_ranks\": []}",
+    ("{\"format\": \"frtrace-replay\", \"mode\": \"majority\", \"world_size\": 2, \"groups\": [], \"ranks\": {\"0\": []}, "
+     "\"silent_ranks\": []}",
      "a list of ops for every rank"),
     ("{\"format\": \"something else\"}", "not a replay plan"),
 ], ids=["truncated", "a-list", "a-rank-without-ops", "another-format"])
@@ -131,3 +133,91 @@ def test_a_plan_asking_for_a_huge_tensor_is_refused_before_anything_is_allocated
             raise AssertionError("allocated")
     with pytest.raises(ValueError, match="not allocated"):
         _tensor(NoTorch(), [MAX_NUMEL, 2], "Float")
+
+
+# ---------------------------------------------------------------------------- plans checked, ranks counted (issue 28)
+def _plan(tmp_path: Path, change=None) -> Path:
+    out = tmp_path / "plan"
+    if not out.exists():
+        assert main(["replay", str(FIXTURES / "skip_rank2"), "-o", str(out)]) == 0
+    if change is not None:
+        plan = json.loads((out / "plan.json").read_text())
+        change(plan)
+        (out / "plan.json").write_text(json.dumps(plan))
+    return out
+
+
+def _run_replay(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "frtrace.replay", str(out), *extra], capture_output=True, text=True,
+                          timeout=300)
+
+
+def _first_op(plan: dict) -> dict:
+    return plan["ranks"]["0"][0]
+
+
+@pytest.mark.parametrize("change,said", [
+    (lambda p: p.pop("mode"), "is not a replay plan frtrace can run: no mode"),
+    (lambda p: p.update(world_size=20_000), "20000 ranks are more than this host runs"),
+    (lambda p: p["groups"][-1].update(ranks=[0, 0]), "must list its ranks once each, and at least one"),
+    (lambda p: p["groups"][-1].update(ranks=[]), "must list its ranks once each, and at least one"),
+    (lambda p: _first_op(p).pop("op"), "rank 0 has an op without its name ('op')"),
+    (lambda p: _first_op(p).update(group="nowhere"), "of no group the plan lists ('nowhere')"),
+    (lambda p: _first_op(p).update(op="all_gather", out=[[1_000_000, 1]]), "into a list of 1000000 tensors"),
+    (lambda p: _first_op(p).update(**{"in": [[1 << 29]], "out": [[1 << 29]]}), "would allocate 4096 MiB"),
+], ids=["no-mode", "20000-ranks", "rank-twice", "empty-group", "op-without-op", "unknown-group", "million-tensors", "4-GiB-op"])
+def test_a_plan_that_cannot_be_replayed_is_one_line_before_any_rank_starts(tmp_path, change, said):
+    done = _run_replay(_plan(tmp_path, change))
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("frtrace.replay: ") and said in line, line
+    assert not (tmp_path / "plan" / "dumps").exists()
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "1e300"])
+def test_a_timeout_that_is_no_number_of_seconds_is_refused(tmp_path, timeout):
+    done = _run_replay(_plan(tmp_path), "--timeout", timeout)
+    assert done.returncode == 2 and f"seconds above 0 and up to 86400, not '{timeout}'" in done.stderr
+
+
+def test_without_torch_the_runner_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    import importlib.util as util
+    from frtrace import replay
+
+    real = util.find_spec
+    monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    assert replay.main([str(_plan(tmp_path))]) == 2
+    assert capsys.readouterr().err == ("frtrace.replay: needs torch, which is not installed here: pip install "
+                                       "'frtrace[replay]' (or any torch 2.13 or later)\n")
+
+
+def test_replay_output_reached_through_a_link_into_the_dumps_is_refused(tmp_path, capsys):
+    dumps = tmp_path / "dumps"
+    shutil.copytree(FIXTURES / "skip_rank2", dumps)
+    (tmp_path / "alias").symlink_to(dumps)
+    assert main(["replay", str(dumps), "-o", str(tmp_path / "alias" / "replay")]) == 2
+    assert "inside or around the dump set" in capsys.readouterr().err
+    assert sorted(p.name for p in dumps.iterdir()) == sorted(p.name for p in (FIXTURES / "skip_rank2").iterdir())
+
+
+@needs_torch
+def test_ranks_that_fail_make_the_runner_fail_with_a_line_each(tmp_path):
+    done = _run_replay(_plan(tmp_path), "--backend", "nccl", "--timeout", "2")  # this CPU build has no NCCL
+    assert done.returncode == 1 and "done" not in done.stdout
+    failed = [line for line in done.stderr.splitlines() if line.startswith("frtrace.replay: rank ")]
+    assert len(failed) == 4 and all("failed (exit code 1: " in line and "rank" in line for line in failed), done.stderr
+    assert "4 failed, so its dumps are not the job's" in done.stderr
+
+
+@needs_torch
+def test_a_healthy_replay_ends_on_every_rank_with_the_store_host_last(tmp_path):
+    out = tmp_path / "healthy"
+    assert main(["replay", str(FIXTURES / "healthy"), "-o", str(out), "--majority"]) == 0
+    for attempt in range(3):  # it failed one run in three before: rank 0, the store's host, left first
+        dumps = out / f"dumps{attempt}"
+        done = _run_replay(out, "--timeout", "2", "--dumps", str(dumps))
+        assert done.returncode == 0, done.stderr
+        summaries = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert sorted(s["rank"] for s in summaries) == [0, 1, 2, 3]
+        logs = "".join(p.read_text() for p in (out / f"dumps{attempt}-logs").glob("rank*.log"))
+        assert "recvValue" not in logs + done.stderr and "Traceback" not in logs

@@ -17,40 +17,126 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
+import math
 import os
 import socket
 import sys
 import time
+import traceback
 from pathlib import Path
 
+from .errors import printable
 from .limits import MAX_RANK
 
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
            "Long": "int64", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}
 
 
-def _plan_problem(plan) -> str | None:
-    """What makes `plan` unusable, before any process starts: its shape, not its ops' values
-    (an op the runner cannot issue stops only its rank)."""
+_PLAN_KEYS = ("format", "mode", "world_size", "groups", "ranks", "silent_ranks")
+_OP_BYTES = {"Double": 8, "Long": 8, "Float": 4, "Int": 4, "Half": 2, "BFloat16": 2, "Short": 2}  # else 1
+MAX_OP_BYTES = 1 << 30  # the tensors of one op of one rank: what a rank may allocate at once
+MAX_OP_TENSORS = 1 << 16  # tensors in one op's list (an all_gather into a million tensors is refused)
+MAX_TIMEOUT_S = 24 * 3600
+RANKS_PER_CPU = 4  # local ranks spawned per CPU at most; more is launched by torchrun across hosts
+
+
+_LISTS_OUT = ("all_gather", "_allgather_base", "all_gather_into_tensor", "gather")  # ops the runner issues with a list of tensors: its length is the shape's first dim
+_LISTS_IN = ("scatter",)
+
+
+def _numel(shape) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def _is_shape(value) -> bool:
+    return isinstance(value, list) and len(value) <= 64 and all(type(d) is int and 0 <= d < 1 << 40 for d in value)
+
+
+def _op_problem(op, world: int, group_ids: set[str]) -> str | None:
+    """What makes one op unusable: its keys and shapes (values the runner would act on)."""
+    if not isinstance(op, dict):
+        return "an op that is not an object"
+    if not isinstance(op.get("op"), str) or not op["op"]:
+        return "an op without its name ('op')"
+    if not isinstance(op.get("group"), str) or op["group"] not in group_ids:
+        return f"a {op['op']} of no group the plan lists ({str(op.get('group'))[:40]!r})"
+    if not isinstance(op.get("dtype"), str):
+        return f"a {op['op']} without a dtype"
+    for side in ("in", "out"):
+        shapes = op.get(side)
+        if not isinstance(shapes, list) or len(shapes) > MAX_OP_TENSORS or not all(_is_shape(s) for s in shapes):
+            return f"a {op['op']} whose '{side}' is not a list of up to {MAX_OP_TENSORS} shapes"
+    listed = op["out"] if op["op"] in _LISTS_OUT else op["in"] if op["op"] in _LISTS_IN else []
+    if listed and listed[0] and listed[0][0] > MAX_OP_TENSORS:  # the runner makes a list of that many tensors
+        return f"a {op['op']} into a list of {listed[0][0]} tensors, more than {MAX_OP_TENSORS}"
+    for key in ("root", "peer"):
+        if op.get(key) is not None and not (type(op[key]) is int and 0 <= op[key] < world):
+            return f"a {op['op']} whose {key} is not a rank of the world"
+    return None
+
+
+def _op_bytes(op: dict) -> int:
+    """What the runner allocates for one op: its input and output tensors (a gather's list of them)."""
+    return sum(_numel(s) for s in (*op["in"], *op["out"])) * _OP_BYTES.get(op["dtype"], 1)
+
+
+def _plan_problem(plan, local_ranks: bool = True) -> str | None:
+    """What makes `plan` unusable, before any process starts, in words, or None: its keys, its
+    groups (members of the world, each once, at least one), every op's keys and shapes, what one
+    op of one rank allocates (MAX_OP_BYTES), and, where this host spawns every rank
+    (`local_ranks`), how many ranks this host can run."""
     if not isinstance(plan, dict) or plan.get("format") != "frtrace-replay":
         return "no frtrace-replay format mark"
-    world = plan.get("world_size")
+    missing = [key for key in _PLAN_KEYS if key not in plan]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if plan["mode"] not in ("as-recorded", "majority"):
+        return "mode must be as-recorded or majority"
+    world = plan["world_size"]
     if type(world) is not int or not 0 < world <= MAX_RANK:
         return f"world_size must be a number of ranks up to {MAX_RANK}"
-    groups, ranks, silent = plan.get("groups"), plan.get("ranks"), plan.get("silent_ranks")
+    cpus = os.cpu_count() or 1
+    if local_ranks and world > RANKS_PER_CPU * cpus:
+        return (f"{world} ranks are more than this host runs ({RANKS_PER_CPU} per CPU, {cpus} CPUs): launch it with "
+                "torchrun across hosts, one rank per process")
+    groups, ranks, silent = plan["groups"], plan["ranks"], plan["silent_ranks"]
     if not isinstance(groups, list) or not all(
             isinstance(g, dict) and isinstance(g.get("id"), str) and isinstance(g.get("name"), str)
             and isinstance(g.get("desc"), str) and isinstance(g.get("ranks"), list)
             and all(type(r) is int and 0 <= r < world for r in g["ranks"]) for g in groups):
         return "groups must list id, name, desc and ranks of the world"
+    for group in groups:
+        if not group["ranks"] or len(set(group["ranks"])) != len(group["ranks"]):
+            return f"group {group['id'][:40]!r} must list its ranks once each, and at least one"
     if not isinstance(ranks, dict) or any(not isinstance(ranks.get(str(r)), list) for r in range(world)):
         return "ranks must hold a list of ops for every rank"
-    if not all(isinstance(op, dict) for ops in ranks.values() for op in ops):
-        return "every op must be an object"
-    if not isinstance(silent, list) or not all(type(r) is int for r in silent):
+    if not isinstance(silent, list) or not all(type(r) is int and 0 <= r < world for r in silent):
         return "silent_ranks must be a list of ranks"
+    group_ids = {g["id"] for g in groups}
+    for rank in range(world):
+        for op in ranks[str(rank)]:
+            problem = _op_problem(op, world, group_ids)
+            if problem:
+                return f"rank {rank} has {problem}"
+            if _op_bytes(op) > MAX_OP_BYTES:
+                return (f"rank {rank}'s {op['op']} would allocate {_op_bytes(op) >> 20} MiB, more than the "
+                        f"{MAX_OP_BYTES >> 20} MiB one op may")
     return None
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_TIMEOUT_S:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"seconds above 0 and up to {MAX_TIMEOUT_S}, not {text!r}")
+    return value
 
 
 def _free_port() -> int:
@@ -119,7 +205,29 @@ def _is_default(group: dict, world: int) -> bool:
 
 
 def _rank_main(rank: int, plan: dict, backend: str, timeout: float, dumps: str, init: str, store_host: str,
-               store_port: int) -> None:
+               store_port: int, logs: str | None = None) -> None:
+    """One rank: the plan's groups and ops, its dump, then the end of the run agreed with the others
+    on a store of its own, the store's host (rank 0) leaving last. Its stderr goes to
+    `logs`/rank<R>.log where given (C++ frames of broken connections are the rank's, not the user's)."""
+    if logs is not None:
+        log = os.open(Path(logs) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 2)
+        os.close(log)
+        sys.stderr = open(2, "w", closefd=False)
+    try:
+        summary = json.dumps(_run_rank(rank, plan, backend, timeout, dumps, init, store_host, store_port))
+        if logs is None:
+            print(summary, flush=True)
+        else:  # printed by the parent in rank order: ranks printing at once would interleave their lines
+            (Path(logs) / f"rank{rank}.summary.json").write_text(summary + "\n")
+    except BaseException:
+        traceback.print_exc()  # into the rank's log: torch.multiprocessing keeps it in a file of its own
+        sys.stderr.flush()
+        raise
+
+
+def _run_rank(rank: int, plan: dict, backend: str, timeout: float, dumps: str, init: str, store_host: str,
+              store_port: int) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -148,16 +256,30 @@ def _rank_main(rank: int, plan: dict, backend: str, timeout: float, dumps: str, 
         Path(dumps).mkdir(parents=True, exist_ok=True)
         dump = torch._C._distributed_c10d._dump_fr_trace()
         (Path(dumps) / f"nccl_trace_rank_{rank}").write_bytes(dump)
-    store.add("finished", 1)  # wait for the others outside torch.distributed: nothing more is recorded
-    deadline = time.monotonic() + timeout + 10
-    while store.add("finished", 0) < world and time.monotonic() < deadline:
-        time.sleep(0.05)
-    print(json.dumps({"rank": rank, "ops": len(listed), "stopped": stopped, "notes": sorted(set(notes)),
-                      "timings": _summary(timings)}), flush=True)
+    # the end, agreed outside torch.distributed (nothing more is recorded): all finished, then all
+    # let go of their process groups, then the store's host, rank 0, is the last to leave
+    store.add("finished", 1)
+    _wait_for(store, "finished", world, timeout + 10)
     try:
-        dist.destroy_process_group()
+        if rank:
+            dist.destroy_process_group()
     except Exception:  # after a timeout the group may already be broken
         pass
+    store.add("left", 1)
+    if rank == 0:
+        _wait_for(store, "left", world, timeout + 10)
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass
+    return {"rank": rank, "ops": len(listed), "stopped": stopped, "notes": sorted(set(notes)), "timings": _summary(timings)}
+
+
+def _wait_for(store, key: str, count: int, seconds: float) -> None:
+    """Wait until `count` ranks have counted themselves on `key`, or `seconds` passed."""
+    deadline = time.monotonic() + seconds
+    while store.add(key, 0) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _summary(timings: list[tuple[str, float]]) -> dict:
@@ -171,42 +293,86 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m frtrace.replay", description=__doc__.splitlines()[0])
     parser.add_argument("plan_dir", help="the folder frtrace replay wrote")
     parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds an op may take before its rank stops (default 5)")
+    parser.add_argument("--timeout", type=_timeout, default=5.0,
+                        help=f"seconds an op may take before its rank stops (default 5, at most {MAX_TIMEOUT_S})")
     parser.add_argument("--dumps", help="where the ranks' Flight Recorder dumps go (default PLAN_DIR/dumps)")
     args = parser.parse_args(argv)
     try:
         plan = json.loads((Path(args.plan_dir) / "plan.json").read_text())
-    except (OSError, ValueError) as exc:
-        print(f"frtrace.replay: {args.plan_dir}/plan.json: cannot read the plan ({exc}); write it with frtrace replay DIR -o {args.plan_dir}",
-              file=sys.stderr)
+    except (OSError, ValueError, RecursionError) as exc:
+        _say(f"{args.plan_dir}/plan.json: cannot read the plan ({str(exc)[:200]}); write it with frtrace replay DIR -o {args.plan_dir}")
         return 2
-    problem = _plan_problem(plan)
+    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ  # this process is one rank, launched by torchrun
+    problem = _plan_problem(plan, local_ranks=not torchrun)
     if problem:
-        print(f"frtrace.replay: {args.plan_dir}/plan.json is not a replay plan written by frtrace replay ({problem}); "
-              f"write it again with frtrace replay DIR -o {args.plan_dir}", file=sys.stderr)
+        _say(f"{args.plan_dir}/plan.json is not a replay plan frtrace can run: {problem}; write it again with "
+             f"frtrace replay DIR -o {args.plan_dir}")
         return 2
-    dumps = args.dumps or str(Path(args.plan_dir) / "dumps")
-    if Path(dumps).exists() and any(Path(dumps).iterdir()):
-        print(f"frtrace.replay: {dumps} is not empty; move it away or pass --dumps to another folder", file=sys.stderr)
+    if importlib.util.find_spec("torch") is None:
+        _say("needs torch, which is not installed here: pip install 'frtrace[replay]' (or any torch 2.13 or later)")
         return 2
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torchrun: this process is one rank
+    dumps = Path(args.dumps or Path(args.plan_dir) / "dumps")
+    if dumps.exists() and any(dumps.iterdir()):
+        _say(f"{dumps} is not empty; move it away or pass --dumps to another folder")
+        return 2
+    logs = dumps.with_name(dumps.name + "-logs")  # beside the dumps: the ranks' own messages
+    logs.mkdir(parents=True, exist_ok=True)
+    if torchrun:
+        rank = int(os.environ["RANK"])
         port = int(os.environ.get("MASTER_PORT", "29500"))
-        _rank_main(int(os.environ["RANK"]), plan, args.backend, args.timeout, dumps, "env://",
-                   os.environ.get("MASTER_ADDR", "127.0.0.1"), port + 1)
-        return 0
+        _rank_main(rank, plan, args.backend, args.timeout, str(dumps), "env://", os.environ.get("MASTER_ADDR", "127.0.0.1"),
+                   port + 1, str(logs))
+        failed = _failed(rank, 0, plan, dumps, logs)
+        return _finish(plan, [failed] if failed else [], dumps, logs, ranks=f"rank {rank}")
     import torch.multiprocessing as mp
 
     port = _free_port()
     # gloo on CPU: forked ranks share the parent's imported torch (seconds saved per rank); CUDA needs spawn
     method = "fork" if args.backend == "gloo" else "spawn"
-    context = mp.start_processes(_rank_main, args=(plan, args.backend, args.timeout, dumps, f"tcp://127.0.0.1:{port}",
-                                                   "127.0.0.1", _free_port()),
+    context = mp.start_processes(_rank_main, args=(plan, args.backend, args.timeout, str(dumps), f"tcp://127.0.0.1:{port}",
+                                                   "127.0.0.1", _free_port(), str(logs)),
                                  nprocs=plan["world_size"], join=False, start_method=method)
     for process in context.processes:  # one by one: a rank that dies must not take the others down
         process.join()
-    print(f"frtrace.replay: {plan['mode']} replay of {plan['world_size']} ranks done; dumps in {dumps}; "
-          f"analyse them with: frtrace -d {dumps}")
+    failures = [said for rank, process in enumerate(context.processes)
+                if (said := _failed(rank, process.exitcode, plan, dumps, logs))]
+    return _finish(plan, failures, dumps, logs, ranks=f"{plan['world_size']} ranks")
+
+
+def _failed(rank: int, exitcode: int | None, plan: dict, dumps: Path, logs: Path) -> str | None:
+    """Why a rank failed, or None: an exit code, a signal, or no dump where one was due."""
+    log = logs / f"rank{rank}.log"
+    if exitcode:
+        how = f"killed by signal {-exitcode}" if exitcode < 0 else f"exit code {exitcode}"
+        try:
+            last = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
+        except OSError:
+            last = []
+        said = f": {printable(last[0].strip())[:200]}" if last else ""
+        return f"rank {rank} failed ({how}{said}); its messages: {log}"
+    if rank not in plan["silent_ranks"] and not (dumps / f"nccl_trace_rank_{rank}").is_file():
+        return f"rank {rank} wrote no dump; its messages: {log}"
+    return None
+
+
+def _finish(plan: dict, failures: list[str], dumps: Path, logs: Path, ranks: str) -> int:
+    """The ranks' summaries (per-op timings) in rank order, a line per failed rank, and the exit status."""
+    for summary in sorted(logs.glob("rank*.summary.json"), key=lambda p: int(p.name[4:].split(".")[0])):
+        sys.stdout.write(summary.read_text())
+    lines = sum(len(p.read_bytes().splitlines()) for p in logs.glob("rank*.log"))
+    said = f"; the ranks' own messages ({lines} lines) are in {logs}" if lines else ""
+    for failure in failures:
+        _say(failure)
+    if failures:
+        _say(f"{plan['mode']} replay of {ranks}: {len(failures)} failed, so its dumps are not the job's{said}")
+        return 1
+    print(f"frtrace.replay: {plan['mode']} replay of {ranks} done; dumps in {dumps}; analyse them with: "
+          f"frtrace -d {dumps}{said}")
     return 0
+
+
+def _say(line: str) -> None:
+    print(f"frtrace.replay: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":
