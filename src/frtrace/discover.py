@@ -170,9 +170,9 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
     those holding it. Only regular files whose first bytes can start a dump are returned, and of
     those only the job's (job_files); files named like the job's dumps that cannot be read (other
     first bytes, too big, FIFOs, sockets, linked folders, broken links) are skipped with a reason,
-    their ranks named where they are regular files; other files are ignored with one. Two different files claiming one rank
-    (in two folders, or rank_3 and rank_03) is a UsageError naming both, unless they are the
-    pickle and the JSON of one dump.
+    their ranks named where they are regular files; other files are ignored with one. Two
+    different files claiming one rank (in two folders, or rank_3 and rank_03) is a UsageError
+    naming both, unless they are the pickle and the JSON of one dump.
     """
     try:
         info = os.stat(directory)
@@ -223,7 +223,7 @@ def finish(found: Found, prefix_given: bool = False) -> Discovery:
     """The Discovery of the dump-like files found (in a folder or an archive): the job's files
     (job_files), empty files kept only beside dumps of their name, hosts from the names, files
     in rank order, and a UsageError where two files claim one rank."""
-    candidates, empty, unread, ignored = job_files(found, prefix_given)
+    candidates, empty, unread, skipped, ignored = job_files(found, prefix_given)
     # An empty file is a rank killed before it dumped when its name is that of the dumps beside it.
     if candidates:
         candidates.extend(empty)
@@ -242,7 +242,7 @@ def finish(found: Found, prefix_given: bool = False) -> Discovery:
             raise UsageError(
                 f"two dump files claim rank {dump_file.rank}: {display_path(first.path)} and {display_path(dump_file.path)}; "
                 "move the one that does not belong out of the folder, or choose one name with --prefix")
-    return Discovery(tuple(candidates), tuple(found.skipped), tuple(ignored), tuple(unread), frozenset(found.identities))
+    return Discovery(tuple(candidates), tuple(skipped), tuple(ignored), tuple(unread), frozenset(found.identities))
 
 
 def family_key(prefix: str) -> str:
@@ -288,9 +288,10 @@ def families_of(files: list[DumpFile]) -> dict[str, list[DumpFile]]:
     return joined
 
 
-def job_files(found: Found, prefix_given: bool) -> tuple[list[DumpFile], list[DumpFile], list[tuple[DumpFile, str]], list[SkippedFile]]:
-    """(candidates, empty files, unreadable files, ignored files) of the job; the job's names
-    that are no regular file are added to found.skipped.
+def job_files(found: Found, prefix_given: bool) -> tuple[list[DumpFile], list[DumpFile], list[tuple[DumpFile, str]],
+                                                         list[SkippedFile], list[SkippedFile]]:
+    """(candidates, empty files, unreadable files, skipped files, ignored files) of the job: the
+    skipped are found.skipped and the job's names that are no regular file.
 
     The job is the set of files named alike (family_key) that most looks like one: whose first
     bytes hold a Flight Recorder key, then with the most ranks. Files named otherwise are ignored
@@ -300,14 +301,13 @@ def job_files(found: Found, prefix_given: bool) -> tuple[list[DumpFile], list[Du
     user chose: every file holding it is the job's. Unreadable files of the job's name are
     skipped (said, and their ranks named); without any candidate, no set is the job.
     """
-    ignored = list(found.ignored)
+    ignored, skipped = list(found.ignored), list(found.skipped)
     if not found.candidates:
         ignored.extend(SkippedFile(display_path(f.path), reason) for f, reason in [*found.unreadable, *found.not_files])
-        return [], list(found.empty), [], ignored
-    skipped = found.skipped
+        return [], list(found.empty), [], skipped, ignored
     if prefix_given:
         skipped.extend(SkippedFile(display_path(f.path), reason) for f, reason in found.not_files)
-        return list(found.candidates), list(found.empty), list(found.unreadable), ignored
+        return list(found.candidates), list(found.empty), list(found.unreadable), skipped, ignored
     unreadable = [f for f, _ in found.unreadable]
     not_files = [f for f, _ in found.not_files]
     families = families_of([*found.candidates, *found.empty, *unreadable, *not_files])
@@ -337,7 +337,7 @@ def job_files(found: Found, prefix_given: bool) -> tuple[list[DumpFile], list[Du
     ignored.extend(SkippedFile(display_path(f.path), why) for f, why in found.unreadable if family_of[f.path] != job)
     for dump_file, why in found.not_files:  # said when named like the job's dumps, but no dump: no rank named
         (skipped if family_of[dump_file.path] == job else ignored).append(SkippedFile(display_path(dump_file.path), why))
-    return kept, empty, unread, ignored
+    return kept, empty, unread, skipped, ignored
 
 
 def _example(files: list[DumpFile]) -> str:
