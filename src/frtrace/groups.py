@@ -49,6 +49,16 @@ def _size_hints(dumps: dict[int, Dump]) -> dict[str, int]:
     return {name: counts.most_common(1)[0][0] for name, counts in votes.items()}
 
 
+def _entry_descs(dumps: dict[int, Dump]) -> dict[str, str]:
+    """Group name -> the desc most of its entries' process_group give (other than "" and "undefined")."""
+    votes: dict[str, Counter] = defaultdict(Counter)
+    for dump in dumps.values():
+        for kind in dump.entries.kinds:
+            if kind.pg_desc not in ("", "undefined"):
+                votes[kind.pg_name][kind.pg_desc] += 1
+    return {name: counts.most_common(1)[0][0] for name, counts in votes.items()}
+
+
 def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, GroupConfig]], list[str]]:
     """The (rank, config) pairs whose membership most ranks' configs contradict, and a note for each.
 
@@ -130,9 +140,11 @@ def resolve_groups(
     def replica_base(rank: int) -> int:
         return (rank // ft_group_world_size) * ft_group_world_size if ft_group_world_size else 0
 
-    # 1. configured groups: the membership most ranks agree on
+    # 1. configured groups: the membership most ranks agree on; a desc pg_config leaves empty
+    # (PyTorch 2.15 lists split_group groups under a hash with desc "") is the one the entries say
     outvoted, disagreements = outvoted_configs(dumps)
     warnings.extend(disagreements)
+    entry_descs = _entry_descs(dumps)
     for rank, dump in dumps.items():
         for config in dump.group_configs:
             if (rank, config) in outvoted:
@@ -140,7 +152,8 @@ def resolve_groups(
             ranks = config.ranks
             if ft_group_world_size and config.desc == "default_pg":
                 ranks = tuple(r + replica_base(rank) for r in ranks)
-            group = groups.setdefault((config.name, ranks), Group(config.name, config.desc, ranks))
+            desc = config.desc if config.desc not in ("", "undefined") else entry_descs.get(config.name, config.desc)
+            group = groups.setdefault((config.name, ranks), Group(config.name, desc, ranks))
             by_rank[(rank, config.name)] = group
 
     # 2. names used in entries that the rank's config does not describe: a group the other ranks'
