@@ -34,7 +34,7 @@ def run_job(seed: int, fault: str):
     rng = random.Random(seed)
     job = jobgen.make_job(rng, fault)
     layout = rng.random()
-    job.gloo = not job.p2p and layout < 0.4  # gloo records no send/recv
+    job.gloo = not job.p2p and layout < 0.4 and fault not in jobgen.STATE_FAULTS  # gloo records no send/recv, no states
     job.torchcomms = not job.p2p and 0.4 <= layout < 0.7
     raw = jobgen.dumps_of(job, jobgen.simulate(job), rng, gloo=job.gloo, torchcomms=job.torchcomms)
     dumps = {rank: normalize(d, rank, f"nccl_trace_rank_{rank}", "pickle") for rank, d in sorted(raw.items())}
@@ -46,7 +46,7 @@ def run_job(seed: int, fault: str):
         outcome = "inconclusive"
     elif analysis.verdict == "clean":
         outcome = "missed"
-    elif culprits == {job.faulted}:
+    elif culprits == job.truth:
         outcome = "right"
     else:
         outcome = "wrong"
@@ -65,7 +65,7 @@ def measure(jobs: int, seed: int) -> tuple[dict[str, Counter], list[str]]:
         counts[fault]["torchcomms"] += job.torchcomms
         counts[fault][f"torchcomms {outcome}"] += job.torchcomms
         if outcome == "wrong" and len(wrong) < 10:
-            wrong.append(f"seed {job_seed} ({fault}, rank {job.faulted} of {job.world}): {analysis.headline}")
+            wrong.append(f"seed {job_seed} ({fault}, ranks {sorted(job.truth)} of {job.world}): {analysis.headline}")
     return counts, wrong
 
 

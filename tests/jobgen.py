@@ -10,7 +10,11 @@ a world all_reduce. One rank's program is then changed by one fault:
 - wrong_size: it passes other sizes to one collective (the op still completes, as in gloo when the
   byte count matches);
 - dropped_recv: (PP > 1) its pipeline recv of one step is left out;
-- missing_dump: it dies in one step: its program ends there and it leaves no dump.
+- missing_dump: it dies in one step: its program ends there and it leaves no dump;
+- gpu_hang: a kernel on its GPU never ends before one collective: that op stays "scheduled" on it
+  while the members that reach it start it; it never completes (needs dumps with states);
+- stuck_group: one collective of its group never completes below PyTorch (NCCL, a link): every
+  member starts it; the culprits are that group's members (needs dumps with states).
 
 The simulation runs the programs like NCCL would with blocking ranks: a rank issues its next op
 once its current one completed; a collective completes when every member issued it, a send when
@@ -24,7 +28,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-FAULTS = ("skip", "reorder", "extra_op", "wrong_size", "dropped_recv", "missing_dump")
+FAULTS = ("skip", "reorder", "extra_op", "wrong_size", "dropped_recv", "missing_dump", "gpu_hang", "stuck_group")
+STATE_FAULTS = ("gpu_hang", "stuck_group")  # shown by op states alone: their jobs are never written in gloo's layout
 T0 = 1_795_000_000_000_000_000
 
 
@@ -56,6 +61,13 @@ class Job:
     p2p: bool = False  # the job has pipeline sends and recvs
     gloo: bool = False  # its dumps are written in the gloo layout (set by the caller)
     torchcomms: bool = False  # its dumps count collective seq ids per process (set by the caller; no p2p)
+    culprits: frozenset[int] = frozenset()  # the truth, where it is more than the faulted rank (stuck_group)
+    never_completes: frozenset[tuple[str, int]] = frozenset()  # (group name, seq) that no member finishes
+    never_started: frozenset[int] = frozenset()  # ranks whose stuck op stays "scheduled" (their GPU never reached it)
+
+    @property
+    def truth(self) -> set[int]:
+        return set(self.culprits) or {self.faulted}
 
 
 def _layout(rng: random.Random) -> tuple[int, int, int]:
@@ -109,9 +121,10 @@ def make_job(rng: random.Random, fault: str) -> Job:
     per_step = {r: [step_ops(r) for _ in range(steps)] for r in range(world)}
     candidates = [r for r in range(world) if fault != "dropped_recv" or stage[r] == 1]
     faulted = rng.choice(candidates)
-    at = rng.randrange(3, steps) if fault in ("skip", "reorder", "dropped_recv") else rng.randrange(steps)
+    at = rng.randrange(3, steps) if fault in ("skip", "reorder", "dropped_recv", *STATE_FAULTS) else rng.randrange(steps)
     mine = per_step[faulted]
     dead: set[int] = set()
+    stuck: dict = {}
     if fault == "skip":
         collectives = [i for i, op in enumerate(mine[at]) if op.kind == "coll"]
         del mine[at][rng.choice(collectives)]
@@ -132,8 +145,17 @@ def make_job(rng: random.Random, fault: str) -> Job:
         cut = rng.randrange(len(mine[at]))
         per_step[faulted] = mine[:at] + [mine[at][:cut]]
         dead.add(faulted)
+    elif fault in STATE_FAULTS:  # one collective of step `at` never completes: its (group, seq) in every member
+        index = rng.choice([i for i, op in enumerate(mine[at]) if op.kind == "coll"])
+        group = mine[at][index].group
+        seq = sum(op.group == group for step in mine[:at] for op in step) + sum(op.group == group for op in mine[at][:index + 1])
+        stuck = {"never_completes": frozenset({(group.name, seq)})}
+        if fault == "gpu_hang":
+            stuck["never_started"] = frozenset({faulted})
+        else:
+            stuck["culprits"] = frozenset(group.ranks)
     programs = {r: [op for step in per_step[r] for op in step] for r in range(world)}
-    return Job(world, groups, programs, faulted, fault, dead, p2p=pp > 1)
+    return Job(world, groups, programs, faulted, fault, dead, p2p=pp > 1, **stuck)
 
 
 def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
@@ -157,6 +179,8 @@ def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
                 seq[(rank, op.group.name)] = key[1]
                 waiting.setdefault(key, set()).add(rank)
                 blocked[rank] = ("coll", key)
+                if key in job.never_completes and rank in job.never_started:
+                    issued[rank][-1] = (op, "scheduled")
             else:
                 src, dst = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
                 blocked[rank] = ("p2p", (src, dst, op.group.name, op.kind))
@@ -167,7 +191,7 @@ def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
                 continue
             if kind == "coll":
                 group = next(g for g in job.groups if g.name == key[0])
-                if waiting.get(key, set()) >= set(group.ranks):
+                if key not in job.never_completes and waiting.get(key, set()) >= set(group.ranks):
                     for member in group.ranks:
                         if blocked.get(member) == ("coll", key):
                             _complete(issued[member])

@@ -8,9 +8,10 @@ from collections import Counter
 import pytest
 
 import accuracy
+import jobgen
 from frtrace import anchor, waitgraph
 
-JOBS = 600  # 100 per fault kind, about 2 s
+JOBS = 800  # 100 per fault kind, about 3 s
 
 
 def test_random_faulty_jobs_never_blame_an_innocent_rank():
@@ -28,6 +29,19 @@ def test_random_faulty_jobs_never_blame_an_innocent_rank():
         assert c["torchcomms right"] >= 0.6 * c["torchcomms"], (fault, c)
     assert counts["dropped_recv"]["right"] > 100 // 3  # own history decides most
     assert counts["reorder"]["right"] > 0
+    for fault in jobgen.STATE_FAULTS:  # op states decide: the rank whose GPU never reached the op, the stuck group
+        c = counts[fault]
+        assert c["right"] == sum(c[o] for o in accuracy.OUTCOMES) and c["gloo"] == 0, (fault, c)
+
+
+def test_without_op_states_as_evidence_stuck_ranks_are_not_found(monkeypatch):
+    """The test above can fail: without the rule that ops stuck below PyTorch explain the waits,
+    a GPU hang or a stuck group is a desync of innocent ranks, or undecided."""
+    from frtrace import verdict
+
+    monkeypatch.setattr(verdict, "_stuck_below", lambda graph_culprits, stuck: [])
+    outcomes = Counter(accuracy.run_job(20261121 + i, fault)[0] for i in range(40) for fault in jobgen.STATE_FAULTS)
+    assert outcomes["right"] < 60 and outcomes["wrong"] + outcomes["inconclusive"] > 20, outcomes
 
 
 @pytest.mark.parametrize("rule,fault", [

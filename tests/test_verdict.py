@@ -36,7 +36,7 @@ def test_a_backend_frtrace_does_not_know_tracks_completion_where_its_states_say_
     last = len(states)
     assert result.verdict == "stuck", result.headline
     assert result.headline == (f"STUCK: all_reduce #{last} of default_pg was issued by all 4 members but never "
-                               f"completed on ranks 0-3: the hang is below PyTorch (network, NCCL or hardware)")
+                               f"completed on ranks 0-3: stuck below PyTorch (NCCL, network or a GPU) in default_pg")
     assert result.evidence == ("completion recorded: every member issued it, ranks 0-3 never completed it",)
     assert set(result.culprit_entries) == {0, 1, 2, 3} and result.culprit_entries[0].collective_seq_id == last
 
@@ -327,13 +327,15 @@ def test_every_op_stuck_below_pytorch_is_a_finding_with_the_states_it_was_left_i
     raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1, state="scheduled")], 1: _nccl_done(1) + [p2p("recv", 1, 0, 1, state="scheduled")],
            2: pair("1", "a", "started"), 3: pair("1", "a", "scheduled"), 4: pair("2", "b", "completed"), 5: pair("2", "b", "scheduled")}
     result = run({r: nccl(entries, groups) for r, entries in raw.items()})
-    assert result.verdict == "stuck" and result.culprit_ranks == (2, 3, 5)
-    assert result.headline == ("STUCK: all_reduce #1 of a was issued by all 2 members but never completed on ranks 2-3: the hang is "
-                               "below PyTorch (network, NCCL or hardware) (and 1 more stuck op, see the findings)")
-    assert result.evidence == ("completion recorded: every member issued all_reduce #1 of a, ranks 2-3 never completed it",
+    # in a, rank 2's stream started the op and rank 3's never did: rank 3's GPU never reached it (issue 27)
+    assert result.verdict == "stuck" and result.culprit_ranks == (3, 5)
+    assert result.headline == ("STUCK: all_reduce #1 of a was issued by all 2 members, but rank 3 never started it where the "
+                               "others did: its GPU never reached it (a kernel before it never ended) (and 1 more stuck op, "
+                               "see the findings)")
+    assert result.evidence == ("op states: rank 3 left all_reduce #1 of a scheduled where every other member started it",
                                "completion recorded: every member issued all_reduce #1 of b, rank 5 never completed it")
     assert [(f.group.label, f.ranks, f.detail.split(" [decided by ")[0]) for f in result.findings] == [
-        ("a", (2, 3), "issued by all 2 members, not completed on ranks 2-3 (state scheduled, started)"),
+        ("a", (3,), "issued by all 2 members; rank 3 never started it (scheduled) where rank 2 did: its GPU never reached it"),
         ("b", (5,), "issued by all 2 members, not completed on rank 5 (state scheduled)")]
 
 

@@ -19,6 +19,10 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
 
     mismatches = [f for f in findings if f.kind in ("type_mismatch", "size_mismatch", "dtype_mismatch") and f.decided]
     graph_culprits, undecided_cycles, evidence = graph.culprits()
+    stuck = [f for f in findings if f.kind == "not_completed"]
+    below = _stuck_below(graph_culprits, stuck) if not mismatches else []
+    if below:  # the culprits sit in ops all their members issued and none finished: a hang below PyTorch
+        graph_culprits, undecided_cycles, evidence = [], [], []
     findings = _with_ran_ahead(findings, graph)
     culprit_entries: dict[int, Entry] = {}
     root_ids: set[int] = set()
@@ -67,8 +71,10 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
         verdict = "desync"
     else:
         undecided = [f for f in findings if not f.decided]
-        stuck = [f for f in findings if f.kind == "not_completed"]
         others = [f for f in findings if f.decided and f.kind not in ("not_completed",)]
+        if below:
+            others = [f for f in others if f.kind not in ("missing_ranks", "extra_op")]  # waits for the stuck ranks
+            stuck = below + [f for f in stuck if f not in below]
         if undecided or undecided_cycles:
             verdict = "inconclusive"
             headline = (undecided_cycles[0] if undecided_cycles else
@@ -86,16 +92,26 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
             verdict = "stuck"
             blame(stuck)
             f = stuck[0]
-            headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} members "
-                        f"but never completed on {ranks_word(f.ranks)}: the hang is below PyTorch (network, NCCL or hardware)")
+            if _gpu_never_reached(f):
+                headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} "
+                            f"members, but {ranks_word(f.ranks)} never started it where the others did: "
+                            f"{by_number(f.ranks, 'its', 'their')} GPU never reached it (a kernel before it never ended)")
+            else:
+                headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} members "
+                            f"but never completed on {ranks_word(f.ranks)}: stuck below PyTorch (NCCL, network or a GPU) "
+                            f"in {f.group.label}")
             if len(stuck) > 1:
                 headline += f" (and {count_of(len(stuck) - 1, 'more stuck op')}, see the findings)"
+            waiting = sorted({r for key, ranks in graph.waiters.items() for r in ranks
+                              if set(graph.waits_on.get(key, ())) & set(f.ranks)} - set(f.ranks)) if below else []
+            if waiting:
+                headline += f"; {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} for them elsewhere"
             for rank in f.ranks:
                 if blockers.get(rank) is not None:
                     culprit_entries[rank] = blockers[rank].entry
-            evidence = [f"completion recorded: every member issued it, {ranks_word(f.ranks)} never completed it"] if len(stuck) == 1 else [
-                f"completion recorded: every member issued {s.op} #{s.collective_seq_id} of {s.group.label}, "
-                f"{ranks_word(s.ranks)} never completed it" for s in stuck]
+            evidence = [_stuck_evidence(s, alone=len(stuck) == 1) for s in stuck]
+            if waiting:
+                evidence.append(f"consequence: {ranks_word(waiting)} wait in other ops for ranks stuck below PyTorch")
         elif not any(d.entries for d in dumps.values()):
             verdict = "inconclusive"
             headline = "the dumps hold no entries (was the Flight Recorder buffer size set?)"
@@ -141,6 +157,37 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
         blocked_in={rank: (blocker.describe(), blocker.group, None if blocker.p2p else blocker.seq)
                     for rank, blocker in ((r, graph.blocker_of_op.get(k)) for r, k in graph.op_of.items()) if blocker},
     )
+
+
+def _stuck_below(graph_culprits: list[tuple[int, tuple | None]], stuck: list[Finding]) -> list[Finding]:
+    """The ops stuck below PyTorch that explain the wait-for graph: ops all their members issued
+    and none finished (or some members' GPUs never reached), which nothing above PyTorch can
+    hold up. Where the graph names culprits, the stuck ops must hold every one of them: the
+    others' waits are then a consequence, not a desync. Where it names none (it cannot tell who
+    ran ahead of whom: the stuck ranks look idle to it), every such op. [] where any culprit is
+    not so stuck (an op its peers completed and it did not is no hang below PyTorch)."""
+    # an op none of its members finished: all of them sit in it, though only the ones its detail names
+    # (their GPU never reached it) are its culprits
+    stuck = [f for f in stuck if _gpu_never_reached(f) or set(f.ranks) == set(f.expected_ranks)]
+    if not graph_culprits or not stuck:
+        return stuck
+    culprits = {rank for rank, _ in graph_culprits}
+    holding = [f for f in stuck if culprits & set(f.expected_ranks)]
+    if not holding or not culprits <= {r for f in holding for r in f.expected_ranks}:
+        return []
+    return holding
+
+
+def _gpu_never_reached(finding: Finding) -> bool:
+    return "never started it (scheduled)" in finding.detail
+
+
+def _stuck_evidence(finding: Finding, alone: bool) -> str:
+    if _gpu_never_reached(finding):
+        return (f"op states: {ranks_word(finding.ranks)} left {finding.op} #{finding.collective_seq_id} of "
+                f"{finding.group.label} scheduled where every other member started it")
+    what = "it" if alone else f"{finding.op} #{finding.collective_seq_id} of {finding.group.label}"
+    return f"completion recorded: every member issued {what}, {ranks_word(finding.ranks)} never completed it"
 
 
 def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:

@@ -579,8 +579,19 @@ class WaitGraph:
             view = self.views[blocker.group.key]
             units = view.issuers(blocker.seq)
             not_done = tuple(sorted(r for r, u in units.items() if unit_state(u) != "completed"))
+            states = {r: unit_state(units[r]) for r in not_done}
+            behind = tuple(r for r in not_done if states[r] == "scheduled")
+            if (behind and len(behind) < len(not_done) == view.size  # completed nowhere, started by some
+                    and all(states[r] in ("scheduled", "started") for r in not_done)):
+                # the others' streams started it: these ranks' never reached it (a kernel before it never ended)
+                ahead = [r for r in not_done if r not in behind]
+                findings.append(Finding(
+                    "not_completed", view.group, blocker.seq, None, blocker.entry.op, behind, view.group.ranks,
+                    f"issued by all {view.size} members; {ranks_word(behind)} never started it (scheduled) where "
+                    f"{ranks_word(ahead)} did: {by_number(behind, 'its', 'their')} GPU never reached it"))
+                continue
             findings.append(Finding(
                 "not_completed", view.group, blocker.seq, None, blocker.entry.op, not_done, view.group.ranks,
                 f"issued by all {view.size} members, not completed on {ranks_word(not_done)} "
-                f"(state {', '.join(sorted({unit_state(units[r]) for r in not_done}))})"))
+                f"(state {', '.join(sorted(set(states.values())))})"))
         return findings
