@@ -54,7 +54,17 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
         evidence = [_mismatch_evidence(f, checks) for f in mismatches]
     elif graph_culprits:
         by_op: dict[tuple | None, list[int]] = defaultdict(list)
+        missed: dict[int, list[tuple]] = defaultdict(list)  # rank -> the collectives it never issued, made once
+        for f in findings:
+            if f.kind == "missing_ranks" and f.collective_seq_id is not None:
+                for rank in f.ranks:
+                    missed[rank].append(("coll", f.group.key, f.collective_seq_id))
         for rank, key in graph_culprits:
+            first = graph.first_missed(rank, missed[rank]) if key in missed.get(rank, ()) else None
+            if first is not None and first != key:  # its peers' programs show an earlier op it never joined
+                evidence.append(f"program order: the first op rank {rank} never joined is {graph.blocker_of_op[first].describe()}, "
+                                f"before {graph.blocker_of_op[key].describe()}")
+                key = first
             by_op[key].append(rank)
             culprits.append(rank)
         root_findings = [f for f in findings if f.kind in ("missing_ranks", "p2p_unmatched", "extra_op") and set(f.ranks) & set(culprits)]

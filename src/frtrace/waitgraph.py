@@ -493,6 +493,12 @@ class WaitGraph:
         firsts = [k for k in collectives if len(wins[k]) == len(collectives) - 1]
         return firsts[0] if len(firsts) == 1 else None
 
+    def first_missed(self, rank: int, keys: list[tuple]) -> tuple | None:
+        """Of the collectives `rank` never issued (op keys), the one the other ranks' programs show
+        first, where they show one, and someone waits in it: the root of that rank's desync."""
+        first = self._first_in_program(keys, {rank}) if len(keys) > 1 else None
+        return first if first in self.blocker_of_op else None
+
     def _position(self, rank: int, op: tuple) -> int | None:
         """Where `rank` issued the op of this class: its buffer index, _NOT_REACHED, or None (unknown)."""
         _, group, seq = op
