@@ -449,7 +449,7 @@ def test_two_members_claiming_one_rank_are_an_input_error_naming_them(tmp_path, 
 
 
 @pytest.mark.parametrize("mode", ["w:gz", "w:xz", "w:bz2", "zip"])
-@pytest.mark.parametrize("damage", ["truncated", "flipped"])
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "one-byte"])
 def test_a_damaged_archive_is_one_line_or_its_readable_members(tmp_path, capsys, mode, damage):
     members = list(_members(FIXTURES / "healthy").items())
     archive = (_zip(tmp_path / "a.zip", members) if mode == "zip"
@@ -457,6 +457,8 @@ def test_a_damaged_archive_is_one_line_or_its_readable_members(tmp_path, capsys,
     data = bytearray(archive.read_bytes())
     if damage == "truncated":
         data = data[: len(data) * 2 // 3]
+    elif damage == "one-byte":  # in the compressed bytes of a member: a zlib or lzma error while it is read
+        data[len(data) * 55 // 100] ^= 0xFF
     else:
         for at in range(len(data) // 2, len(data) // 2 + 16):  # inside a member's compressed bytes
             data[at] ^= 0xFF
