@@ -67,10 +67,15 @@ def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, GroupConfig
     aside as notes, never evidence against anyone. On a tie no list stands, and membership is
     inferred from the entries. Lists that share no rank are different groups of one name
     (split_group), and all stand."""
-    holders: dict[str, dict[tuple[int, ...], list[tuple[int, GroupConfig]]]] = defaultdict(lambda: defaultdict(list))
+    # the loader shares one object among equal configs: each distinct list is hashed once, not once a rank
+    by_object: dict[int, list[tuple[int, GroupConfig]]] = defaultdict(list)
     for rank, dump in dumps.items():
         for config in dump.group_configs:
-            holders[config.name][config.ranks].append((rank, config))
+            by_object[id(config)].append((rank, config))
+    holders: dict[str, dict[tuple[int, ...], list[tuple[int, GroupConfig]]]] = defaultdict(lambda: defaultdict(list))
+    for held in by_object.values():
+        config = held[0][1]
+        holders[config.name][config.ranks].extend(held)
     outvoted: set[tuple[int, GroupConfig]] = set()
     notes: list[str] = []
     for name, lists in holders.items():
@@ -147,7 +152,7 @@ def resolve_groups(
     entry_descs = _entry_descs(dumps)
     for rank, dump in dumps.items():
         for config in dump.group_configs:
-            if (rank, config) in outvoted:
+            if outvoted and (rank, config) in outvoted:
                 continue
             ranks = config.ranks
             if ft_group_world_size and config.desc == "default_pg":

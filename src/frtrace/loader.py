@@ -611,8 +611,10 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
     """The world size the default group's pg_config gives, where any dump has one that the
     other ranks' configs do not outvote."""
     outvoted, _ = outvoted_configs(dumps)
-    sizes = [max(c.ranks) + 1 for rank, d in dumps.items() for c in d.group_configs
-             if (c.desc == "default_pg" or (c.name == "0" and c.desc in ("", "undefined"))) and (rank, c) not in outvoted]
+    standing = {id(c): c for rank, d in dumps.items() for c in d.group_configs  # each shared config once
+                if (c.desc == "default_pg" or (c.name == "0" and c.desc in ("", "undefined")))
+                and not (outvoted and (rank, c) in outvoted)}
+    sizes = [max(c.ranks) + 1 for c in standing.values()]
     return max(sizes) if sizes else None
 
 
