@@ -27,6 +27,7 @@ from typing import IO
 from .discover import MARKED_BYTES, Discovery, Found, archive_kind, finish, placed, sniff, split_name
 from .errors import UsageError, display_path
 from .limits import MAX_DUMP_BYTES
+from .safe_read import short_reason
 from .types import SkippedFile
 
 MAX_INFLATED_BYTES = 16 << 30  # inflated in all, members skipped over included: all dumps of a 32k-rank job with stacks
@@ -119,7 +120,7 @@ def read_archive(path: str, prefix: str | None, spool: str) -> Discovery:
             except _TooBig:
                 read.append((name, parts, f"more than the {MAX_DUMP_BYTES >> 20} MiB a dump can hold; not read"))
             except _DAMAGED as exc:
-                read.append((name, parts, f"cannot read it from the archive ({_reason(exc)}); not read"))
+                read.append((name, parts, f"cannot read it from the archive ({short_reason(exc)}); not read"))
     top = _common_top(name for name, _, _ in read)  # one folder around everything says nothing about hosts
     for name, parts, what in not_files:
         found.not_files.append((placed(f"{path}!{name}", name[len(top):] if name.startswith(top) else name, parts), what))
@@ -154,11 +155,6 @@ def _copy_member(open_member, target: str) -> bytes:
     return head
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return display_path(text[:120])
-
-
 def _members(path: str) -> Iterator[tuple[str, int, str, object]]:
     """(name, size, kind, opener) of every member: kind "file", "dir", "a link", "a device"...; a
     damaged archive ends with ("", 0, why, None)."""
@@ -177,7 +173,7 @@ def _zip_members(path: str) -> Iterator[tuple[str, int, str, object]]:
     try:
         archive = zipfile.ZipFile(path)
     except _DAMAGED as exc:
-        raise UsageError(f"{display_path(path)}: not a readable zip archive ({_reason(exc)}); the file is damaged "
+        raise UsageError(f"{display_path(path)}: not a readable zip archive ({short_reason(exc)}); the file is damaged "
                          "or not a zip: check it, or extract what can be and pass the folder") from None
     with archive:
         for info in archive.infolist():
@@ -197,7 +193,7 @@ def _tar_members(path: str) -> Iterator[tuple[str, int, str, object]]:
     try:
         archive = tarfile.open(path, mode="r:*")
     except _DAMAGED as exc:
-        raise UsageError(f"{display_path(path)}: not a readable tar archive ({_reason(exc)}); the file is damaged "
+        raise UsageError(f"{display_path(path)}: not a readable tar archive ({short_reason(exc)}); the file is damaged "
                          "or not a tar: check it, or extract what can be and pass the folder") from None
     with archive:
         try:
@@ -206,7 +202,7 @@ def _tar_members(path: str) -> Iterator[tuple[str, int, str, object]]:
                         else "a device or FIFO")
                 yield _clean(info.name), info.size, kind, _opener(archive.extractfile, info)
         except _DAMAGED as exc:  # truncated or damaged: what was read stays
-            yield "", 0, f"the archive is damaged past this point ({_reason(exc)})", None
+            yield "", 0, f"the archive is damaged past this point ({short_reason(exc)})", None
 
 
 def _opener(open_member, info):

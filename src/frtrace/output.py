@@ -26,7 +26,6 @@ from typing import IO
 from .discover import split_name
 from .errors import OutputError, UsageError, display_path
 
-_MAX_FOLDER_FILES = 200_000  # files of the dump folder compared with the outputs; a bound, not a rule
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
