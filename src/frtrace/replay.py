@@ -46,13 +46,6 @@ _LISTS_OUT = ("all_gather", "_allgather_base", "all_gather_into_tensor", "gather
 _LISTS_IN = ("scatter",)
 
 
-def _numel(shape) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
-
-
 def _is_shape(value) -> bool:
     return isinstance(value, list) and len(value) <= 64 and all(type(d) is int and 0 <= d < 1 << 40 for d in value)
 
@@ -82,7 +75,7 @@ def _op_problem(op, world: int, group_ids: set[str]) -> str | None:
 
 def _op_bytes(op: dict) -> int:
     """What the runner allocates for one op: its input and output tensors (a gather's list of them)."""
-    return sum(_numel(s) for s in (*op["in"], *op["out"])) * _OP_BYTES.get(op["dtype"], 1)
+    return sum(math.prod(s) for s in (*op["in"], *op["out"])) * _OP_BYTES.get(op["dtype"], 1)
 
 
 def _plan_problem(plan, local_ranks: bool = True) -> str | None:
@@ -149,10 +142,7 @@ MAX_NUMEL = 1 << 28  # a tensor of more elements (1 GiB of float32) is refused, 
 
 
 def _tensor(torch, shape, dtype: str):
-    numel = 1
-    for dim in shape:
-        numel *= dim
-    if numel > MAX_NUMEL:
+    if math.prod(shape) > MAX_NUMEL:
         raise ValueError(f"a {shape} tensor: over {MAX_NUMEL} elements, not allocated")
     return torch.zeros(shape, dtype=getattr(torch, _DTYPES.get(dtype, "float32")))
 
