@@ -221,3 +221,28 @@ def test_a_healthy_replay_ends_on_every_rank_with_the_store_host_last(tmp_path):
         assert sorted(s["rank"] for s in summaries) == [0, 1, 2, 3]
         logs = "".join(p.read_text() for p in (out / f"dumps{attempt}-logs").glob("rank*.log"))
         assert "recvValue" not in logs + done.stderr and "Traceback" not in logs
+
+
+@needs_torch
+def test_a_rank_launched_by_torchrun_says_its_failure_on_the_terminal_not_in_its_log(tmp_path):
+    import socket
+
+    out = tmp_path / "one"
+    out.mkdir()
+    plan = {"format": "frtrace-replay", "version": 1, "mode": "as-recorded", "world_size": 1, "silent_ranks": [],
+            "groups": [{"id": "g0", "name": "0", "desc": "default_pg", "ranks": [0]}],
+            "ranks": {"0": [{"op": "all_reduce", "group": "g0", "in": [[4]], "out": [[4]], "dtype": "Float"}]}}
+    (out / "plan.json").write_text(json.dumps(plan))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**__import__("os").environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(out), "--backend", "nccl", "--timeout", "2"],
+                          capture_output=True, text=True, timeout=120, env=env)  # this CPU build has no NCCL
+    assert done.returncode == 1
+    said = [line for line in done.stderr.splitlines() if line.startswith("frtrace.replay: ")]
+    assert said[0].startswith("frtrace.replay: rank 0 failed (exit code 1: RuntimeError: "), done.stderr
+    assert "Traceback" in (out / "dumps-logs" / "rank0.log").read_text()
+    done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(out), "--timeout", "2", "--dumps", str(out / "again")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and "replay of rank 0 done" in done.stdout, done.stderr

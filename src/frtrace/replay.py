@@ -310,9 +310,18 @@ def main(argv=None) -> int:
     if torchrun:
         rank = int(os.environ["RANK"])
         port = int(os.environ.get("MASTER_PORT", "29500"))
-        _rank_main(rank, plan, args.backend, args.timeout, str(dumps), "env://", os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                   port + 1, str(logs))
-        failed = _failed(rank, 0, plan, dumps, logs)
+        stderr, saved = sys.stderr, os.dup(2)  # the rank's messages go to its log; the runner's own lines do not
+        try:
+            _rank_main(rank, plan, args.backend, args.timeout, str(dumps), "env://",
+                       os.environ.get("MASTER_ADDR", "127.0.0.1"), port + 1, str(logs))
+            exitcode = 0
+        except Exception:  # said in the rank's log by _rank_main, and in one line below
+            exitcode = 1
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sys.stderr = stderr
+        failed = _failed(rank, exitcode, plan, dumps, logs)
         return _finish(plan, [failed] if failed else [], dumps, logs, ranks=f"rank {rank}")
     import torch.multiprocessing as mp
 
