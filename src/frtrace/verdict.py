@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from . import rules
 from .align import by_number, count_of, ranks_word, unit_label
 from .types import Analysis, Entry, Finding
-from .waitgraph import WaitGraph
+from .waitgraph import NEVER_STARTED, WaitGraph
 
 
 def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, unaligned=()) -> Analysis:
@@ -189,7 +189,7 @@ def _stuck_below(graph_culprits: list[tuple[int, tuple | None]], stuck: list[Fin
 
 
 def _gpu_never_reached(finding: Finding) -> bool:
-    return "never started it (scheduled)" in finding.detail
+    return NEVER_STARTED in finding.detail
 
 
 def _stuck_evidence(finding: Finding, alone: bool) -> str:

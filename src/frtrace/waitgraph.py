@@ -12,6 +12,10 @@ from .align import ANY_SOURCE, GroupView, P2POp, Track, by_number, ranks_word, u
 from .groups import GroupTable
 from .types import Dump, Entry, Finding, Group
 
+# said by a not_completed finding whose ranks left the op scheduled where its other members started
+# it (their GPU never reached it); verdict.py reads the finding so
+NEVER_STARTED = "never started it (scheduled)"
+
 _NOT_REACHED = -1  # a rank's buffer ends before this op: it has not issued it yet
 _HISTORY_STEPS = 3  # earlier steps a rank's own buffer must show, all alike, to decide an order
 
@@ -593,7 +597,7 @@ class WaitGraph:
                 ahead = [r for r in not_done if r not in behind]
                 findings.append(Finding(
                     "not_completed", view.group, blocker.seq, None, blocker.entry.op, behind, view.group.ranks,
-                    f"issued by all {view.size} members; {ranks_word(behind)} never started it (scheduled) where "
+                    f"issued by all {view.size} members; {ranks_word(behind)} {NEVER_STARTED} where "
                     f"{ranks_word(ahead)} did: {by_number(behind, 'its', 'their')} GPU never reached it"))
                 continue
             findings.append(Finding(
