@@ -226,8 +226,11 @@ def test_ranks_that_never_joined_are_described_one_clause_per_situation():
     dumps[2][-1]["state"] = "scheduled"
     result = run({r: nccl(raw, groups) for r, raw in dumps.items()})
     assert result.culprit_ranks == (3, 4, 5)
+    # whether pair #1 comes before the world's #3 in the program, no other rank shows: rank 6 may have skipped #3
     assert result.headline == ("DESYNC: ranks 3-5 never joined all_reduce #3 of default_pg (3 ranks wait in it); rank 3 is in "
-                               "no collective (all its ops completed); ranks 4-5 have an empty buffer (no op in flight, or none recorded)")
+                               "no collective (all its ops completed); ranks 4-5 have an empty buffer (no op in flight, or none recorded); "
+                               "besides, undecided: whether rank 6, blocked in one op while others wait for it in another, skipped "
+                               "that other op cannot be told (no other rank shows their order)")
     assert result.evidence[0] == "wait-for graph: ranks 0-2 wait in all_reduce #3 of default_pg for ranks 3-5, who wait for nobody"
 
 

@@ -72,12 +72,17 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
             if f.kind == "p2p_unmatched" or ("coll", f.group.key, f.collective_seq_id) in by_op:
                 root_ids.add(id(f))
         parts = []
-        for key, ranks in by_op.items():
+        for key, ranks in sorted(by_op.items(), key=lambda item: min(item[1])):
             parts.append(_missing_headline(key, ranks, graph, blockers, dumps))
             for rank in ranks:
                 if blockers.get(rank) is not None:
                     culprit_entries[rank] = blockers[rank].entry
-        headline = "; ".join(parts)
+        # ranks that each missed another op: each is a desync of its own (the wait-for graph holds
+        # a sink or a cycle for each)
+        headline = (f"{len(parts)} independent desyncs: " if len(parts) > 1 else "") + "; ".join(parts)
+        for text in undecided_cycles + graph.undecided_behind:  # another deadlock the dumps cannot decide: said, not hidden
+            headline += f"; besides, undecided: {text}"
+            evidence.append(f"undecided: {text}")
         verdict = "desync"
     else:
         undecided = [f for f in findings if not f.decided]

@@ -49,6 +49,21 @@ def _steps_between(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> int |
     """How many earlier steps of the rank's buffer show `wanted` between two `blocked` ops, when
     all of them (at least _HISTORY_STEPS) do and the last two `blocked` ops have none between
     them; None otherwise (no evidence)."""
+    gaps = _gaps(dump, blocked, wanted, group_of)
+    if len(gaps) < _HISTORY_STEPS + 1 or gaps[-1] or not all(gaps[:-1]):
+        return None
+    return len(gaps) - 1
+
+
+def _in_step(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> bool:
+    """Whether the rank's buffer shows `wanted` between every two `blocked` ops, the last two
+    too, in at least _HISTORY_STEPS steps: it is blocked where its program has it, not astray."""
+    gaps = _gaps(dump, blocked, wanted, group_of)
+    return len(gaps) >= _HISTORY_STEPS and all(gaps)
+
+
+def _gaps(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> list[bool]:
+    """For each two consecutive `blocked`-class ops in the buffer, whether a `wanted` one lies between."""
     marks = []  # True for a `blocked`-class op, False for a `wanted`-class op, in buffer order
     for entry in dump.entries:
         group = group_of(entry)
@@ -60,12 +75,7 @@ def _steps_between(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> int |
         elif op_class == wanted:
             marks.append(False)
     positions = [i for i, is_blocked in enumerate(marks) if is_blocked]
-    if len(positions) < _HISTORY_STEPS + 2:
-        return None
-    gaps = [any(not m for m in marks[a + 1:b]) for a, b in zip(positions, positions[1:])]
-    if gaps[-1] or not all(gaps[:-1]) or len(gaps) - 1 < _HISTORY_STEPS:
-        return None
-    return len(gaps) - 1
+    return [any(not m for m in marks[a + 1:b]) for a, b in zip(positions, positions[1:])]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +209,10 @@ class WaitGraph:
         self.joined_by_all: dict[int, Blocker] = {}
         self.ran_ahead: dict[tuple, tuple[int, ...]] = {}  # op key -> the ranks that issued it alone
         self._groups_by_rank: dict[tuple[int, str], Group] | None = None
+        self._awaiting: defaultdict[int, list[tuple]] | None = None  # rank -> the ops waiting for it
+        self._everyones_votes: dict[tuple, list[int]] = {}  # (op, op) -> the votes of every rank that issued both
+        self.undecided_behind: list[str] = []
+        self._unordered: set[int] = set()  # blocked ranks awaited in another op, of which nothing tells the order  # cycles behind a decided sink that no strong rule decides
         for rank, blocker in blockers.items():
             if blocker is None:
                 continue
@@ -243,17 +257,22 @@ class WaitGraph:
             return (("op", key),) if key is not None else ()
         return tuple(("rank", r) for r in self.waits_on[node[1]])
 
-    def components(self) -> list[list[tuple]]:
+    def components(self, within: set[tuple] | None = None) -> list[list[tuple]]:
+        """The strongly connected components of the graph, or of the part of it `within` holds."""
         index: dict[tuple, int] = {}
         low: dict[tuple, int] = {}
         on_stack: set[tuple] = set()
         stack: list[tuple] = []
         result: list[list[tuple]] = []
-        nodes = [("op", k) for k in self.waits_on]
+        if within is None:
+            nodes, edges_of = [("op", k) for k in self.waits_on], self._edges
+        else:
+            nodes = [n for n in within if n[0] == "op"]
+            edges_of = lambda node: tuple(n for n in self._edges(node) if n in within)  # noqa: E731
         for start in nodes:
             if start in index:
                 continue
-            work = [(start, iter(self._edges(start)))]
+            work = [(start, iter(edges_of(start)))]
             index[start] = low[start] = len(index)
             stack.append(start)
             on_stack.add(start)
@@ -265,7 +284,7 @@ class WaitGraph:
                         index[nxt] = low[nxt] = len(index)
                         stack.append(nxt)
                         on_stack.add(nxt)
-                        work.append((nxt, iter(self._edges(nxt))))
+                        work.append((nxt, iter(edges_of(nxt))))
                         advanced = True
                         break
                     if nxt in on_stack:
@@ -296,21 +315,24 @@ class WaitGraph:
         idle: dict[tuple, list[int]] = defaultdict(list)  # op key -> awaited ranks that wait for nobody
         components = self.components()
         where = {node: i for i, comp in enumerate(components) for node in comp}
-        awaited_by: dict[int, list[tuple]] = defaultdict(list)  # rank -> the ops waiting for it, made once
-        for key, awaited in self.waits_on.items():
-            for rank in awaited:
-                awaited_by[rank].append(key)
         for i, comp in enumerate(components):
             members = set(comp)
-            leaves = any(where.get(n) != i for node in comp for n in self._edges(node))
-            if leaves:
-                continue
             ranks = [n[1] for n in comp if n[0] == "rank"]
             ops = [n[1] for n in comp if n[0] == "op"]
+            if any(where.get(n) != i for node in comp for n in self._edges(node)):
+                if ops and ranks:
+                    # a cycle that also waits for ranks outside it: a deadlock of its own, which
+                    # those ranks cannot end; decided by the strong rules alone (a second fault
+                    # hidden behind the one the sink shows), else said to be undecided
+                    found.extend(self._cycle_culprits(ops, set(ranks), members, evidence, self.undecided_behind,
+                                                      strong_only=True))
+                if len(comp) == 1 and ranks:
+                    found.extend(self._astray(ranks[0], evidence))
+                continue
             if len(comp) == 1 and ranks:
                 # waited for, waits for no one
                 rank = ranks[0]
-                awaited_in = awaited_by.get(rank)
+                awaited_in = self._awaited_by(rank)
                 if awaited_in:
                     idle[max(awaited_in, key=lambda k: len(self.waiters[k]))].append(rank)
                 continue
@@ -321,45 +343,173 @@ class WaitGraph:
             found.extend(decided)
         for key, ranks in idle.items():
             found.extend(self._idle_culprits(key, ranks, evidence, undecided))
+        unordered = sorted(self._unordered - {r for r, _ in found})
+        if found and unordered:  # beside the culprits found, a rank that may have left the program too
+            self.undecided_behind.append(
+                f"whether {ranks_word(unordered)}, blocked in one op while others wait for {by_number(unordered, 'it', 'them')} "
+                f"in another, skipped that other op cannot be told (no other rank shows their order)")
         return found, undecided, evidence
 
+    def _astray(self, rank: int, evidence: list[str]) -> list[tuple[int, tuple]]:
+        """A rank in no cycle that waits for someone and is waited for: where its own history, or
+        the other ranks that issued both, show an op it is awaited in before the one it is blocked
+        in, it left the program (skipped that op and went on); its own wait, which may be another
+        fault's, hides it."""
+        by_history, history_evidence = self._deviators_by_history({rank})
+        if by_history:
+            evidence.extend(history_evidence)
+            return list(by_history.items())
+        blocked = self.op_of.get(rank)
+        if blocked is None or blocked[0] != "coll":
+            return []
+        for key in self._awaited_by(rank):
+            if key[0] != "coll" or key in self.weak or key == blocked:
+                continue
+            if (key, blocked) not in self._everyones_votes:  # asked once per pair of ops, however many ranks wait alike
+                self._everyones_votes[(key, blocked)] = self._votes(key, blocked, self.dumps, issued_both=True)
+            votes = self._everyones_votes[(key, blocked)]
+            mine = self._votes(key, blocked, (rank,), issued_both=True)
+            # only ranks that issued both ops vote: a rank that skipped one (another fault) shows
+            # the other alone, as if the order were its
+            if sum(votes) - sum(mine) > 0 and 1 in votes:
+                evidence.append(f"program order: the other ranks issued {self.blocker_of_op[key].describe()} before "
+                                f"{self.blockers[rank].describe()}, which rank {rank} is blocked in")
+                return [(rank, key)]
+            if len(votes) == len(mine) and not self._keeps_step(rank, [key]):  # nothing tells whether it skipped the op
+                self._unordered.add(rank)
+                return []
+        return []
+
     def _cycle_culprits(self, ops: list[tuple], cycle_ranks: set[int], members: set[tuple], evidence: list[str],
-                        undecided: list[str]) -> list[tuple[int, tuple]]:
-        """A cycle: ranks issued ops in different orders. The rank that deviated is found from the
-        ranks' own histories (a training job repeats its step) and from the ranks outside the
-        cycle that issued both ops; where they disagree, or neither decides, nothing is decided."""
+                        undecided: list[str], strong_only: bool = False,
+                        voters_outside: frozenset[int] = frozenset()) -> list[tuple[int, tuple]]:
+        """The culprits of a cycle (_decide_cycle), and of any cycle left among the other ranks once
+        those are taken out: a deadlock those culprits are not part of needs its own."""
+        found = self._decide_cycle(ops, cycle_ranks, members, evidence, undecided, strong_only, voters_outside)
+        if not found:
+            return found
+        rest = members - {("rank", r) for r, _ in found}
+        for comp in self.components(rest):
+            ranks = {n[1] for n in comp if n[0] == "rank"}
+            if ranks and len(comp) > 1:  # its program order is asked of ranks outside the whole cycle only
+                found += self._cycle_culprits([n[1] for n in comp if n[0] == "op"], ranks, set(comp), evidence,
+                                              self.undecided_behind, True, voters_outside | cycle_ranks)
+        return found
+
+    def _decide_cycle(self, ops: list[tuple], cycle_ranks: set[int], members: set[tuple], evidence: list[str],
+                      undecided: list[str], strong_only: bool, voters_outside: frozenset[int]) -> list[tuple[int, tuple]]:
+        """A cycle: ranks issued ops in different orders. The ranks that deviated are found from the
+        ranks' own histories (a training job repeats its step) and from the program order the ranks
+        outside the cycle show (a rank blocked in an op, never having issued one that comes before
+        it); each cycle rank can have deviated, so both rules name all they find. Where one clears
+        a rank the other names, or neither decides, nothing is decided. `strong_only`: no majority
+        guess, and nothing said where nothing is found."""
         by_history, history_evidence = self._deviators_by_history(cycle_ranks)
         # the ranks outside the cycle order collectives only: where a cycle holds a send or recv,
         # a rank missing from the first collective may just be blocked in that p2p op before it
-        first = self._first_in_program(ops, cycle_ranks) if all(k[0] == "coll" for k in ops) else None
-        by_order = {r: first for r in self.waits_on[first] if ("rank", r) in members} if first is not None else {}
-        if by_history and by_order and set(by_history) != set(by_order):
+        by_order, in_order = (self._deviators_by_order(cycle_ranks, cycle_ranks | voters_outside)
+                              if all(k[0] == "coll" for k in ops) else ({}, set()))
+        cleared = sorted(set(by_history) & in_order)
+        if cleared:
             undecided.append(
-                f"{self._cycle_text(ops)}: their own histories point at {ranks_word(sorted(by_history))}, "
-                f"the ranks outside the cycle at {ranks_word(sorted(by_order))}; the rules disagree")
+                f"{self._cycle_text(ops)}: their own histories point at {ranks_word(cleared)}, whom the ranks outside "
+                "the cycle show issuing their ops in order; the rules disagree")
             return []
-        if by_history:
+        if by_history or by_order:
             evidence.extend(history_evidence)
-            return sorted(by_history.items())
-        if by_order:
-            evidence.append(f"program order: ranks outside the cycle issued {self.blocker_of_op[first].describe()} "
-                            f"before the other ops of the cycle")
-            return sorted(by_order.items())
-        ranked = sorted(ops, key=lambda k: len(self.waiters[k]), reverse=True)
+            for rank, key in sorted(by_order.items()):
+                if rank not in by_history:
+                    evidence.append(f"program order: ranks outside the cycle issued {self.blocker_of_op[key].describe()} "
+                                    f"before {self.blockers[rank].describe()}, which rank {rank} is blocked in")
+            return sorted({**by_order, **by_history}.items())
+        if strong_only:
+            undecided.append(f"{self._cycle_text(ops)}: a deadlock of its own, and neither their own histories nor "
+                             "any other rank shows which order is right")
+            return []
         # with a send or recv in the cycle, the op most ranks wait in proves nothing: a sender
         # blocked on a dropped recv is missing from every collective after it (random jobs: 502 of
         # 1000 dropped recvs blamed the sender before this guard). Nor where an op's group or a
         # sibling counts from the oldest op held (anchor.py): program order cannot ask it, and a rank
         # that skipped an op of a small group to join the big group's is what the majority waits for
-        if (any(k[0] == "p2p" or not self._comparable(self.views[k[1]].group) for k in ops)
-                or (len(ranked) > 1 and len(self.waiters[ranked[0]]) == len(self.waiters[ranked[1]]))):
+        if any(k[0] == "p2p" or not self._comparable(self.views[k[1]].group) for k in ops):
+            ranked = []
+        else:
+            # sibling groups' ops of one seq are one op of the program: two dp groups waiting
+            # in dp #4 are as many waiters as the world all_reduce's two
+            waiting: dict[tuple, list[tuple]] = defaultdict(list)
+            for k in ops:
+                waiting[self._program_op(k)].append(k)
+            ranked = sorted(waiting.values(), key=lambda keys: sum(len(self.waiters[k]) for k in keys), reverse=True)
+        count = [sum(len(self.waiters[k]) for k in keys) for keys in ranked[:2]]
+        if not ranked or (len(count) > 1 and count[0] == count[1]):
             undecided.append(f"{self._cycle_text(ops)}: they issued ops in different orders and neither their own "
                              "histories nor any other rank shows which order is right")
             return []
         first = ranked[0]
-        evidence.append(f"majority: {ranks_word(self.waiters[first])} wait in {self.blocker_of_op[first].describe()}, "
-                        "more than in any other op of the cycle")
-        return [(r, first) for r in self.waits_on[first] if ("rank", r) in members]
+        waiters = sorted(r for k in first for r in self.waiters[k])
+        blamed = [(r, k) for k in first for r in self.waits_on[k] if ("rank", r) in members]
+        behind = [r for r, k in blamed if self.op_of.get(r, ("p2p",))[0] == "coll" and 1 in self._votes(self.op_of[r], k, waiters)]
+        if behind:
+            # the majority's own ranks issued the op these are blocked in before theirs: they are
+            # behind, not astray, and someone among the majority skipped it (more than one fault)
+            undecided.append(f"{self._cycle_text(ops)}: most wait in {self.blocker_of_op[first[0]].describe()}, but "
+                             f"{ranks_word(behind)}, missing from it, {by_number(behind, 'is', 'are')} blocked in an op "
+                             "that those ranks issued before it: more than one rank left the program")
+            return []
+        evidence.append(f"majority: {ranks_word(waiters)} wait in {self.blocker_of_op[first[0]].describe()}"
+                        f"{' (and its sibling groups)' if len(first) > 1 else ''}, more than in any other op of the cycle")
+        return blamed
+
+    def _program_op(self, key: tuple) -> tuple:
+        """A collective as an op of the program: its seq in its group's desc and size where sibling
+        groups share them, else the group's own op."""
+        group = self.views[key[1]].group
+        if len(self._siblings(group)) > 1:
+            return (group.desc, len(group.ranks), key[2])
+        return key
+
+    def _deviators_by_order(self, cycle_ranks: set[int], not_voting: set[int]) -> tuple[dict[int, tuple], set[int]]:
+        """Cycle ranks blocked in a collective while they never issued one that the ranks outside
+        the cycle issue before it ({rank: that op}), and the ranks those show in order (every op
+        awaiting them comes after the one they are blocked in)."""
+        deviators: dict[int, tuple] = {}
+        in_order: set[int] = set()
+        votes: dict[tuple, int] = {}  # (op, op) -> votes, asked once however many ranks wait alike
+        for rank in sorted(cycle_ranks):
+            blocked = self.op_of.get(rank)
+            if blocked is None or blocked[0] != "coll":
+                continue
+            awaited = [k for k in self._awaited_by(rank) if k[0] == "coll" and k not in self.weak and k != blocked]
+            for k in awaited:
+                if (k, blocked) not in votes:
+                    votes[(k, blocked)] = self._order_votes(k, blocked, not_voting)
+            earlier = [k for k in awaited if votes[(k, blocked)] > 0]
+            if earlier:
+                deviators[rank] = (self._first_in_program(earlier, not_voting) if len(earlier) > 1 else None) or earlier[0]
+            elif awaited and all(votes[(k, blocked)] < 0 for k in awaited):
+                in_order.add(rank)
+            elif any(votes[(k, blocked)] == 0 for k in awaited) and not self._keeps_step(rank, awaited):
+                self._unordered.add(rank)
+        return deviators, in_order
+
+    def _keeps_step(self, rank: int, awaited: list[tuple]) -> bool:
+        """Whether the rank's own buffer shows each op it is awaited in between every two of the
+        op it is blocked in, before its latest one too: it is where its own program has it."""
+        blocker, dump = self.blockers.get(rank), self.dumps.get(rank)
+        if blocker is None or dump is None:
+            return False
+        blocked = _class_of_entry(blocker.entry, blocker.group)
+        wanted = [self._class_of_awaited(k) for k in awaited]
+        return all(w is not None and _in_step(dump, blocked, w, self._group_of(rank)) for w in wanted)
+
+    def _awaited_by(self, rank: int) -> list[tuple]:
+        """The ops waiting for `rank` (an index made on first use)."""
+        if self._awaiting is None:
+            self._awaiting = defaultdict(list)
+            for key, awaited in self.waits_on.items():
+                for r in awaited:
+                    self._awaiting[r].append(key)
+        return self._awaiting.get(rank, [])
 
     def _cycle_text(self, ops: list[tuple]) -> str:
         return "; ".join(f"{ranks_word(self.waiters[k])} {by_number(self.waiters[k], 'waits', 'wait')} in {self.blocker_of_op[k].describe()} for "
@@ -392,7 +542,7 @@ class WaitGraph:
                             f"{ranks_word(awaited)} {did} and {by_number(awaited, 'waits', 'wait')} for nobody")
             return blamed
         if len(issuers) == len(awaited):
-            sibling = self._sibling_reached(view, seq)
+            sibling = self._sibling_reached(view, seq, self._waiting_for(idle))
             if sibling is None:
                 undecided.append(f"{ranks_word(issuers)} issued {described}, {ranks_word(awaited)} never did and "
                                  f"{by_number(awaited, 'waits', 'wait')} for "
@@ -408,9 +558,11 @@ class WaitGraph:
         self.ran_ahead[key] = tuple(issuers)
         return [(r, key) for r in issuers]
 
-    def _sibling_reached(self, view: GroupView, seq: int) -> bool | None:
+    def _sibling_reached(self, view: GroupView, seq: int, held: set[int]) -> bool | None:
         """Whether the other groups with this desc and size issued `seq` (every member of each),
-        stopped before it (every member), or cannot tell (None: none, or they disagree)."""
+        stopped before it (every member), or cannot tell (None: none, or they disagree). A group
+        with a member in `held` (waiting, however indirectly, for the idle ranks) stopped because
+        of them, not where its program is: it says nothing of where the program is."""
         answers = set()
         for other in self._class_views(view.group):
             if other is view or other.unknown or not other.known_last:
@@ -418,9 +570,21 @@ class WaitGraph:
             lasts = set(other.known_last.values())
             if min(lasts) >= seq:
                 answers.add(True)
-            elif max(lasts) < seq:
+            elif max(lasts) < seq and not held.intersection(other.group.ranks):
                 answers.add(False)
         return answers.pop() if len(answers) == 1 else None
+
+    def _waiting_for(self, ranks) -> set[int]:
+        """The ranks that wait for `ranks`, directly or through others who do."""
+        held: set[int] = set()
+        todo = list(ranks)
+        while todo:
+            for key in self._awaited_by(todo.pop()):
+                for waiter in self.waiters[key]:
+                    if waiter not in held:
+                        held.add(waiter)
+                        todo.append(waiter)
+        return held
 
     def _deviators_by_history(self, cycle_ranks: set[int]) -> tuple[dict[int, tuple], list[str]]:
         """Cycle ranks whose latest op breaks the order their own buffer repeats.
@@ -437,7 +601,7 @@ class WaitGraph:
             dump = self.dumps.get(rank)
             if blocker is None or dump is None:
                 continue
-            for key in (k for k, awaited in self.waits_on.items() if rank in awaited):
+            for key in self._awaited_by(rank):
                 wanted = self._class_of_awaited(key)
                 if wanted is None:
                     continue
@@ -468,12 +632,7 @@ class WaitGraph:
         return ("p2p", blocker.group.key, other, blocker.p2p.src, blocker.p2p.dst)
 
     def _first_in_program(self, ops: list[tuple], cycle_ranks: set[int]) -> tuple | None:
-        """The op of a cycle that the other ranks' buffers show coming before all the others.
-
-        Ops are compared by class: the same seq in any group with the same desc and size (the
-        other TP or DP replicas run the same program). A rank outside the cycle that issued one
-        op and then the other, or issued one and has not reached the other, is a vote.
-        """
+        """The op of a cycle that the other ranks' buffers show coming before all the others."""
         collectives = [k for k in ops if k[0] == "coll"]
         if len(collectives) < 2:
             return None
@@ -482,20 +641,34 @@ class WaitGraph:
             for b in collectives:
                 if a is b or b in wins[a] or a in wins[b]:
                     continue
-                votes = 0
-                for rank in self.dumps:
-                    if rank in cycle_ranks:
-                        continue
-                    pos_a, pos_b = self._position(rank, a), self._position(rank, b)
-                    if pos_a is None or pos_b is None or (pos_a == _NOT_REACHED and pos_b == _NOT_REACHED):
-                        continue
-                    votes += 1 if pos_b == _NOT_REACHED or (pos_a != _NOT_REACHED and pos_a < pos_b) else -1
+                votes = self._order_votes(a, b, cycle_ranks)
                 if votes > 0:
                     wins[a].add(b)
                 elif votes < 0:
                     wins[b].add(a)
         firsts = [k for k in collectives if len(wins[k]) == len(collectives) - 1]
         return firsts[0] if len(firsts) == 1 else None
+
+    def _order_votes(self, a: tuple, b: tuple, cycle_ranks: set[int]) -> int:
+        """How many more ranks outside `cycle_ranks` show collective `a` before `b` than after it."""
+        return sum(self._votes(a, b, (r for r in self.dumps if r not in cycle_ranks)))
+
+    def _votes(self, a: tuple, b: tuple, voters, issued_both: bool = False) -> list[int]:
+        """Each voter's word on whether collective `a` comes before `b`: 1, -1 (after) or none.
+
+        Ops are compared by class: the same seq in any group with the same desc and size (the
+        other TP or DP replicas run the same program). A rank that issued one op and then the
+        other, or (unless `issued_both`) issued one and has not reached the other, is a vote.
+        """
+        votes = []
+        for rank in voters:
+            pos_a, pos_b = self._position(rank, a), self._position(rank, b)
+            if pos_a is None or pos_b is None or (pos_a == _NOT_REACHED and pos_b == _NOT_REACHED):
+                continue
+            if issued_both and _NOT_REACHED in (pos_a, pos_b):
+                continue
+            votes.append(1 if pos_b == _NOT_REACHED or (pos_a != _NOT_REACHED and pos_a < pos_b) else -1)
+        return votes
 
     def first_missed(self, rank: int, keys: list[tuple]) -> tuple | None:
         """Of the collectives `rank` never issued (op keys), the one the other ranks' programs show
