@@ -15,6 +15,10 @@ a world all_reduce. One rank's program is then changed by one fault:
   while the members that reach it start it; it never completes (needs dumps with states);
 - stuck_group: one collective of its group never completes below PyTorch (NCCL, a link): every
   member starts it; the culprits are that group's members (needs dumps with states).
+- two_faults: two ranks are each changed, independently: each skips one collective of one step
+  (and goes on) or stalls in compute in one step (its program ends there; it still dumps). The
+  truth is the ranks whose fault shows: a rank that got blocked before it reached its own fault
+  (behind the other one) never made it, so nothing in the dumps can show it.
 
 The simulation runs the programs like NCCL would with blocking ranks: a rank issues its next op
 once its current one completed; a collective completes when every member issued it, a send when
@@ -28,7 +32,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-FAULTS = ("skip", "reorder", "extra_op", "wrong_size", "dropped_recv", "missing_dump", "gpu_hang", "stuck_group")
+FAULTS = ("skip", "reorder", "extra_op", "wrong_size", "dropped_recv", "missing_dump", "gpu_hang", "stuck_group",
+          "two_faults")
 STATE_FAULTS = ("gpu_hang", "stuck_group")  # shown by op states alone: their jobs are never written in gloo's layout
 T0 = 1_795_000_000_000_000_000
 
@@ -64,6 +69,9 @@ class Job:
     culprits: frozenset[int] = frozenset()  # the truth, where it is more than the faulted rank (stuck_group)
     never_completes: frozenset[tuple[str, int]] = frozenset()  # (group name, seq) that no member finishes
     never_started: frozenset[int] = frozenset()  # ranks whose stuck op stays "scheduled" (their GPU never reached it)
+    # two_faults: rank -> (fault, where): the index of the op after the skipped one, or how many ops it issues before it stalls
+    changes: dict[int, tuple[str, int]] = field(default_factory=dict)
+    skipped: dict[int, Op] = field(default_factory=dict)  # two_faults: the op a skipping rank left out
 
     @property
     def truth(self) -> set[int]:
@@ -119,6 +127,8 @@ def make_job(rng: random.Random, fault: str) -> Job:
         return ops
 
     per_step = {r: [step_ops(r) for _ in range(steps)] for r in range(world)}
+    if fault == "two_faults":
+        return _two_faults(rng, world, groups, per_step, steps, pp > 1)
     candidates = [r for r in range(world) if fault != "dropped_recv" or stage[r] == 1]
     faulted = rng.choice(candidates)
     at = rng.randrange(3, steps) if fault in ("skip", "reorder", "dropped_recv", *STATE_FAULTS) else rng.randrange(steps)
@@ -156,6 +166,57 @@ def make_job(rng: random.Random, fault: str) -> Job:
             stuck["culprits"] = frozenset(group.ranks)
     programs = {r: [op for step in per_step[r] for op in step] for r in range(world)}
     return Job(world, groups, programs, faulted, fault, dead, p2p=pp > 1, **stuck)
+
+
+def _two_faults(rng: random.Random, world: int, groups: list[Group], per_step: dict, steps: int, p2p: bool) -> Job:
+    """Two ranks, each skipping one collective or stalling in one step from the fourth on."""
+    changes, skipped = {}, {}
+    for rank in rng.sample(range(world), 2):
+        mine, at = per_step[rank], rng.randrange(3, steps)
+        before = sum(map(len, mine[:at]))
+        if rng.random() < 0.7:
+            index = rng.choice([i for i, op in enumerate(mine[at]) if op.kind == "coll"])
+            skipped[rank] = mine[at].pop(index)
+            changes[rank] = ("skip", before + index)
+        else:
+            cut = rng.randrange(len(mine[at]))
+            per_step[rank] = mine[:at] + [mine[at][:cut]]
+            changes[rank] = ("stall", before + cut)
+    programs = {r: [op for step in per_step[r] for op in step] for r in range(world)}
+    return Job(world, groups, programs, min(changes), "two_faults", p2p=p2p, changes=changes, skipped=skipped)
+
+
+def shown_faults(job: Job, issued: dict[int, list[tuple[Op, str]]]) -> frozenset[int]:
+    """The two_faults ranks whose change shows: ranks that someone waits for in an op they would
+    have issued by now but for their change. A rank that skipped an op is awaited in it once it
+    went on past it (or ended its program there and finished all else); a rank that stalled is
+    awaited while it has finished every op it issued. A changed rank that is blocked before its
+    change, or that nobody waits for yet, shows nothing."""
+    awaited: dict[int, list[tuple[Group | None, int]]] = {r: [] for r in job.changes}  # (group, seq) or (None, 0) for p2p
+    for rank, ops in issued.items():
+        if not ops or ops[-1][1] == "completed":
+            continue
+        op = ops[-1][0]
+        if op.kind == "coll":
+            seq = sum(o.group == op.group for o, _ in ops)
+            for member in op.group.ranks:
+                if member in awaited and sum(o.group == op.group for o, _ in issued[member]) < seq:
+                    awaited[member].append((op.group, seq))
+        elif op.peer in awaited:
+            awaited[op.peer].append((None, 0))
+    shown = set()
+    for rank, (change, where) in job.changes.items():
+        ops = issued[rank]
+        idle = len(ops) == len(job.programs[rank]) and (not ops or ops[-1][1] == "completed")
+        if change == "stall" or where == len(job.programs[rank]):  # nothing after the change: idle ranks show it
+            if idle and awaited[rank]:
+                shown.add(rank)
+            continue
+        skipped = job.skipped[rank]
+        had = sum(o.group == skipped.group for o in job.programs[rank][:where]) + 1  # its seq in the original program
+        if len(ops) > where and any(group == skipped.group and seq <= had for group, seq in awaited[rank]):
+            shown.add(rank)
+    return frozenset(shown)
 
 
 def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
