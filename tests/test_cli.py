@@ -229,6 +229,32 @@ def test_transform_ft_shifts_replica_ranks(tmp_path):
     assert {tuple(f["expected_ranks"]) for f in report["findings"]} == {(0, 1), (2, 3)}
 
 
+def test_torchft_replica_groups_are_recognised_without_the_option(tmp_path, capsys):
+    """Every rank's default group lists replica-local ranks [0, 1] and ranks 2-3 fill a second
+    replica: read as torchft (before: ranks 2-3 dropped as outside the world, CLEAN)."""
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}
+    dumps = {r: make_dump(ops(2, backend="nccl", state="completed") + ([] if r == 3 else [entry(seq=3, backend="nccl")]),
+                          pg_config=config) for r in range(4)}
+    write_dumps(tmp_path, dumps)
+    out = tmp_path / "r.json"
+    main(["-d", str(tmp_path), "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert report["culprit_ranks"] == [3] and report["ranks_loaded"] == [0, 1, 2, 3]
+    assert "torchft replica groups: every rank's default group lists the replica-local ranks 0-1" in capsys.readouterr().out
+
+
+def test_a_stray_higher_rank_is_not_a_torchft_replica():
+    from frtrace.groups import replica_size
+    from frtrace.loader import normalize
+
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}}
+    def dump(rank):
+        return normalize(make_dump(ops(2), pg_config=config), rank, f"nccl_trace_rank_{rank}", "pickle")
+    assert replica_size({r: dump(r) for r in (0, 1, 2, 3, 100)}) is None  # one rank of replica 25: a stray file
+    assert replica_size({r: dump(r) for r in range(8)}) == 4
+    assert replica_size({r: dump(r) for r in range(4)}) is None  # one job of 4
+
+
 def test_every_option_has_help_text():
     parser = cli.build_parser()
     assert all(action.help for action in parser._actions)

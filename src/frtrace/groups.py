@@ -31,6 +31,22 @@ def _is_default(name: str, desc: str) -> bool:
     return desc == "default_pg" or (name == "0" and desc in ("", "undefined"))
 
 
+def replica_size(dumps: dict[int, Dump]) -> int | None:
+    """The size of a torchft replica group, where the dumps are torchft's: each replica group runs
+    as its own job, so every rank's default group lists the replica-LOCAL ranks 0..g-1, and the
+    ranks beyond g (which those lists leave out) fill at least one other replica. None otherwise
+    (one rank's odd list, a stray file of a higher rank: not a replica)."""
+    lists = {c.ranks for d in dumps.values() for c in d.group_configs if c.desc == "default_pg"}
+    if len(lists) != 1:
+        return None
+    (local,) = lists
+    size = len(local)
+    if local != tuple(range(size)) or all(r < size for r in dumps):
+        return None
+    replicas = Counter(r // size for r in dumps if r >= size)
+    return size if any(count == size for count in replicas.values()) else None
+
+
 def _size_hints(dumps: dict[int, Dump]) -> dict[str, int]:
     """Group sizes implied by the ops' own shapes, per group name: an all_gather's output is n
     times its input, a reduce_scatter's input n times its output. The size most of a group's

@@ -22,7 +22,7 @@ from . import workers as worker_processes
 from .discover import Discovery, DumpFile
 from .errors import DumpError, InternalError, display_path, printable
 from .fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
-from .groups import outvoted_configs
+from .groups import outvoted_configs, replica_size
 from .limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
 from .safe_read import HugeInt, read_raw, short_reason
 from .runs import make_runs
@@ -663,7 +663,8 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     for dump_file, reason in discovery.unread:  # named like the job's dumps and not readable: counted as skipped
         unreadable.setdefault(dump_file.rank, []).append(SkippedFile(display_path(dump_file.path), reason))
         choices.setdefault(dump_file.rank, []).append(dump_file)  # after the readable ones: never read
-    world = _world_from_configs(dumps) if bound_by_configs else None
+    # torchft replica groups list replica-local ranks in their default group: no bound on the world
+    world = _world_from_configs(dumps) if bound_by_configs and replica_size(dumps) is None else None
     outside = sorted(r for r in choices if world is not None and r >= world)
     ignored = list(discovery.ignored)
     for rank in outside:
