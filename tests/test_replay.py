@@ -233,16 +233,18 @@ def test_a_rank_launched_by_torchrun_says_its_failure_on_the_terminal_not_in_its
             "groups": [{"id": "g0", "name": "0", "desc": "default_pg", "ranks": [0]}],
             "ranks": {"0": [{"op": "all_reduce", "group": "g0", "in": [[4]], "out": [[4]], "dtype": "Float"}]}}
     (out / "plan.json").write_text(json.dumps(plan))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**__import__("os").environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    def torchrun_env() -> dict:  # a fresh port each run: the last run's may still be in TIME_WAIT (EADDRINUSE)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        return {**__import__("os").environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
     done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(out), "--backend", "nccl", "--timeout", "2"],
-                          capture_output=True, text=True, timeout=120, env=env)  # this CPU build has no NCCL
+                          capture_output=True, text=True, timeout=120, env=torchrun_env())  # this CPU build has no NCCL
     assert done.returncode == 1
     said = [line for line in done.stderr.splitlines() if line.startswith("frtrace.replay: ")]
     assert said[0].startswith("frtrace.replay: rank 0 failed (exit code 1: RuntimeError: "), done.stderr
     assert "Traceback" in (out / "dumps-logs" / "rank0.log").read_text()
     done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(out), "--timeout", "2", "--dumps", str(out / "again")],
-                          capture_output=True, text=True, timeout=120, env=env)
+                          capture_output=True, text=True, timeout=120, env=torchrun_env())
     assert done.returncode == 0 and "replay of rank 0 done" in done.stdout, done.stderr
