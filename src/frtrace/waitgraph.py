@@ -211,8 +211,8 @@ class WaitGraph:
         self._groups_by_rank: dict[tuple[int, str], Group] | None = None
         self._awaiting: defaultdict[int, list[tuple]] | None = None  # rank -> the ops waiting for it
         self._everyones_votes: dict[tuple, list[int]] = {}  # (op, op) -> the votes of every rank that issued both
-        self.undecided_behind: list[str] = []
-        self._unordered: set[int] = set()  # blocked ranks awaited in another op, of which nothing tells the order  # cycles behind a decided sink that no strong rule decides
+        self.undecided_behind: list[str] = []  # what no strong rule decides beside a decided culprit
+        self._unordered: set[int] = set()  # blocked ranks awaited in another op, of which nothing tells the order
         for rank, blocker in blockers.items():
             if blocker is None:
                 continue
@@ -326,7 +326,7 @@ class WaitGraph:
                     # hidden behind the one the sink shows), else said to be undecided
                     found.extend(self._cycle_culprits(ops, set(ranks), members, evidence, self.undecided_behind,
                                                       strong_only=True))
-                if len(comp) == 1 and ranks:
+                elif len(comp) == 1 and ranks:
                     found.extend(self._astray(ranks[0], evidence))
                 continue
             if len(comp) == 1 and ranks:
