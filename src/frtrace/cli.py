@@ -25,7 +25,7 @@ from .builder import build_database, write_database
 from .discover import Discovery, find_dump_files
 from .anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
-from .groups import GroupTable, replica_size, resolve_groups
+from .groups import GroupTable, resolve_groups
 from .loader import load_dumps
 from .types import LoadResult
 from .matcher import analyze, format_ranks
@@ -271,7 +271,7 @@ def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: Text
         raise UsageError(f"{display_path(trace_dir)}: none of the {len(loaded.ranks_named)} dump file(s) could be read; "
                          "see the messages above")
     if ft_group_world_size is None:
-        ft_group_world_size = replica_size(loaded.dumps)
+        ft_group_world_size = loaded.replica_size
         if ft_group_world_size is not None:
             loaded = replace(loaded, notes=(
                 f"torchft replica groups: every rank's default group lists the replica-local ranks 0-{ft_group_world_size - 1}, "

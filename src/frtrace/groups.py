@@ -36,7 +36,8 @@ def replica_size(dumps: dict[int, Dump]) -> int | None:
     as its own job, so every rank's default group lists the replica-LOCAL ranks 0..g-1, and the
     ranks beyond g (which those lists leave out) fill at least one other replica. None otherwise
     (one rank's odd list, a stray file of a higher rank: not a replica)."""
-    lists = {c.ranks for d in dumps.values() for c in d.group_configs if c.desc == "default_pg"}
+    configs = {id(c): c for d in dumps.values() for c in d.group_configs if c.desc == "default_pg"}  # shared: each once
+    lists = {c.ranks for c in configs.values()}
     if len(lists) != 1:
         return None
     (local,) = lists

@@ -664,7 +664,8 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
         unreadable.setdefault(dump_file.rank, []).append(SkippedFile(display_path(dump_file.path), reason))
         choices.setdefault(dump_file.rank, []).append(dump_file)  # after the readable ones: never read
     # torchft replica groups list replica-local ranks in their default group: no bound on the world
-    world = _world_from_configs(dumps) if bound_by_configs and replica_size(dumps) is None else None
+    replicas = replica_size(dumps) if bound_by_configs else None
+    world = _world_from_configs(dumps) if bound_by_configs and replicas is None else None
     outside = sorted(r for r in choices if world is not None and r >= world)
     ignored = list(discovery.ignored)
     for rank in outside:
@@ -677,4 +678,5 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     ranks_named = frozenset(choices).difference(outside)
     sources = {rank: used.get(rank, files[0]) for rank, files in choices.items() if rank not in outside}
     unread = {rank: unreadable[rank][0].reason for rank in ranks_named if rank not in dumps and unreadable.get(rank)}
-    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes), tuple(ignored), sources, unread)
+    return LoadResult(dict(sorted(dumps.items())), tuple(skipped), ranks_named, tuple(notes), tuple(ignored), sources, unread,
+                      replicas)
