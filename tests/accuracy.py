@@ -34,11 +34,16 @@ def run_job(seed: int, fault: str):
     rng = random.Random(seed)
     job = jobgen.make_job(rng, fault)
     layout = rng.random()
-    job.gloo = not job.p2p and layout < 0.4 and fault not in jobgen.STATE_FAULTS  # gloo records no send/recv, no states
+    if fault == "pipeline_skip":
+        job.gloo = layout < 0.6  # its sends and recvs are left out of the dumps
+    else:
+        job.gloo = not job.p2p and layout < 0.4 and fault not in jobgen.STATE_FAULTS  # gloo records no send/recv, no states
     job.torchcomms = not job.p2p and 0.4 <= layout < 0.7
     issued = jobgen.simulate(job)
     if job.changes:
         job.culprits = jobgen.shown_faults(job, issued)
+    elif fault in jobgen.PIPELINE_FAULTS:
+        job.culprits = jobgen.pipeline_truth(job, issued)
     raw = jobgen.dumps_of(job, issued, rng, gloo=job.gloo, torchcomms=job.torchcomms)
     dumps = {rank: normalize(d, rank, f"nccl_trace_rank_{rank}", "pickle") for rank, d in sorted(raw.items())}
     table = resolve_groups(dumps, frozenset(dumps))

@@ -32,8 +32,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+PIPELINE_FAULTS = ("pipeline_drop", "pipeline_skip")
 FAULTS = ("skip", "reorder", "extra_op", "wrong_size", "dropped_recv", "missing_dump", "gpu_hang", "stuck_group",
-          "two_faults")
+          "two_faults", *PIPELINE_FAULTS)
 STATE_FAULTS = ("gpu_hang", "stuck_group")  # shown by op states alone: their jobs are never written in gloo's layout
 T0 = 1_795_000_000_000_000_000
 
@@ -48,11 +49,12 @@ class Group:
 @dataclass
 class Op:
     group: Group
-    kind: str  # "coll", "send", "recv"
+    kind: str  # "coll", "send", "recv", "batch" (sends and recvs posted together, done when all are)
     name: str  # op name; for p2p the peer's global rank is in `peer`
     sizes_in: list
     sizes_out: list
     peer: int = -1
+    parts: tuple[Op, ...] = ()  # a batch's sends and recvs
 
 
 @dataclass
@@ -72,6 +74,9 @@ class Job:
     # two_faults: rank -> (fault, where): the index of the op after the skipped one, or how many ops it issues before it stalls
     changes: dict[int, tuple[str, int]] = field(default_factory=dict)
     skipped: dict[int, Op] = field(default_factory=dict)  # two_faults: the op a skipping rank left out
+    batched: bool = True  # batches are recorded as batch_isend_irecv (one p2p seq, a terminator), else op by op
+    parts_done: dict[tuple[int, int], set[int]] = field(default_factory=dict)  # (rank, op index) -> its batch's parts done
+    variant: str = ""  # which form of the fault it is, where a kind has several
 
     @property
     def truth(self) -> set[int]:
@@ -85,10 +90,19 @@ def _layout(rng: random.Random) -> tuple[int, int, int]:
             return tp, pp, dp
 
 
-def make_job(rng: random.Random, fault: str) -> Job:
-    tp, pp, dp = _layout(rng)
-    if fault == "dropped_recv" and pp == 1:
-        pp, dp = 2, max(1, dp // 2)
+@dataclass
+class Mesh:
+    """The groups of a TP x PP x DP job: rank = (d * pp + p) * tp + t."""
+
+    world: int
+    groups: list[Group]
+    tp_of: dict[int, Group]
+    dp_of: dict[int, Group]
+    pp_of: dict[int, Group]  # a pp group's ranks are its stages in order
+    stage: dict[int, int]
+
+
+def _mesh(tp: int, pp: int, dp: int) -> Mesh:
     world = tp * pp * dp
     rank_of = {(d, p, t): d * pp * tp + p * tp + t for d in range(dp) for p in range(pp) for t in range(tp)}
     groups = [Group("0", "default_pg", tuple(range(world)))]
@@ -108,8 +122,18 @@ def make_job(rng: random.Random, fault: str) -> Job:
             g = Group(str(len(groups)), "pp", tuple(rank_of[(d, p, t)] for p in range(pp)))
             groups.append(g)
             pp_of.update(dict.fromkeys(g.ranks, g))
+    return Mesh(world, groups, tp_of, dp_of, pp_of, {r: p for (d, p, t), r in rank_of.items()})
+
+
+def make_job(rng: random.Random, fault: str) -> Job:
+    if fault in PIPELINE_FAULTS:
+        return _pipeline_job(rng, fault)
+    tp, pp, dp = _layout(rng)
+    if fault == "dropped_recv" and pp == 1:
+        pp, dp = 2, max(1, dp // 2)
+    mesh = _mesh(tp, pp, dp)
+    world, groups, tp_of, dp_of, pp_of, stage = mesh.world, mesh.groups, mesh.tp_of, mesh.dp_of, mesh.pp_of, mesh.stage
     steps = rng.randint(4, 7)
-    stage = {r: p for (d, p, t), r in rank_of.items()}
 
     def step_ops(rank: int) -> list[Op]:
         ops = []
@@ -186,6 +210,115 @@ def _two_faults(rng: random.Random, world: int, groups: list[Group], per_step: d
     return Job(world, groups, programs, min(changes), "two_faults", p2p=p2p, changes=changes, skipped=skipped)
 
 
+def _pipeline_job(rng: random.Random, fault: str) -> Job:
+    """TP x PP x DP with a 1F1B pipeline schedule (Megatron's, without interleaving) per step,
+    then a dp reduce_scatter and a world all_reduce; each microbatch's forward and backward
+    compute holds a tp all_reduce. The sends and recvs that run at once (send a forward, receive a
+    backward) are posted together, as batch_isend_irecv (or isend/irecv) do, and done when all are.
+
+    pipeline_drop: one rank leaves out one recv of one step (its last, or any);
+    pipeline_skip: one rank leaves out one collective of one step (gloo records only these)."""
+    while True:
+        tp, pp, dp = rng.choice((1, 2)), rng.choice((2, 4)), rng.choice((1, 2))
+        if 4 <= tp * pp * dp <= 16:
+            break
+    micro, steps = rng.randint(pp, 2 * pp), rng.randint(4, 7)
+    faulted, at = rng.randrange(tp * pp * dp), rng.randrange(3, steps)
+    if fault == "pipeline_drop":
+        variant = "last recv" if rng.random() < 0.5 else "any recv"
+        pick = (lambda recvs: recvs[-1]) if variant == "last recv" else rng.choice
+    else:
+        variant = "collective"
+        pick = rng.choice
+    return one_f_one_b_job((tp, pp, dp), micro, steps, faulted, at, fault, pick, variant, batched=rng.random() < 0.5)
+
+
+def one_f_one_b_job(layout: tuple[int, int, int], micro: int, steps: int, faulted: int, at: int, fault: str,
+                    pick, variant: str = "", batched: bool = True) -> Job:
+    """A 1F1B job (_pipeline_job) whose rank `faulted` leaves out, in step `at` (from 0), the op
+    `pick` chooses of its list: of its recvs ((op index, recv)) for pipeline_drop, of its
+    collectives' op indices for pipeline_skip."""
+    mesh = _mesh(*layout)
+    per_step = {r: [_one_f_one_b(mesh, r, micro) for _ in range(steps)] for r in range(mesh.world)}
+    mine = per_step[faulted][at]
+    if fault == "pipeline_drop":
+        i, dropped = pick([(i, part) for i, op in enumerate(mine) for part in op.parts if part.kind == "recv"])
+        left = tuple(part for part in mine[i].parts if part is not dropped)
+        if left:
+            mine[i] = Op(mine[i].group, "batch", "batch", [], [], parts=left)
+        else:
+            del mine[i]
+    else:
+        del mine[pick([i for i, op in enumerate(mine) if op.kind == "coll"])]
+    programs = {r: [op for step in per_step[r] for op in step] for r in range(mesh.world)}
+    return Job(mesh.world, mesh.groups, programs, faulted, fault, p2p=True, batched=batched, variant=variant)
+
+
+def _one_f_one_b(mesh: Mesh, rank: int, micro: int) -> list[Op]:
+    """One training step of `rank`: its stage's 1F1B schedule over `micro` microbatches, then the
+    gradient reduce_scatter (dp) and a world all_reduce."""
+    pair, stage = mesh.pp_of[rank], mesh.stage[rank]
+    last = len(pair.ranks) - 1
+
+    def p2p(kind: str, other: int) -> list[Op]:
+        return [Op(pair, kind, kind, [[4, 32]], [[4, 32]], peer=pair.ranks[other])] if 0 <= other <= last else []
+
+    def batch(*parts: list[Op]) -> list[Op]:
+        posted = tuple(op for ops in parts for op in ops)
+        return [Op(pair, "batch", "batch", [], [], parts=posted)] if posted else []
+
+    def compute() -> list[Op]:
+        tp = mesh.tp_of[rank]
+        return [Op(tp, "coll", "all_reduce", [[8, 16]], [[8, 16]])] if len(tp.ranks) > 1 else []
+
+    def recv_fwd():
+        return p2p("recv", stage - 1) if stage > 0 else []
+
+    def send_fwd():
+        return p2p("send", stage + 1) if stage < last else []
+
+    def recv_bwd():
+        return p2p("recv", stage + 1) if stage < last else []
+
+    def send_bwd():
+        return p2p("send", stage - 1) if stage > 0 else []
+
+    warmup = min(last - stage, micro)
+    steady = micro - warmup
+    ops: list[Op] = []
+    for _ in range(warmup):
+        ops += batch(recv_fwd()) + compute() + batch(send_fwd())
+    if steady:
+        ops += batch(recv_fwd())
+    for i in range(steady):
+        ops += compute() + batch(send_fwd(), recv_bwd()) + compute()
+        ops += batch(send_bwd()) if i == steady - 1 else batch(send_bwd(), recv_fwd())
+    for _ in range(warmup):
+        ops += batch(recv_bwd()) + compute() + batch(send_bwd())
+    if len(mesh.dp_of[rank].ranks) > 1:
+        ops.append(Op(mesh.dp_of[rank], "coll", "reduce_scatter", [[len(mesh.dp_of[rank].ranks) * 64]], [[64]]))
+    ops.append(Op(mesh.groups[0], "coll", "all_reduce", [[32]], [[32]]))
+    return ops
+
+
+def pipeline_truth(job: Job, issued: dict[int, list[tuple[Op, str]]]) -> frozenset[int]:
+    """The ranks a pipeline job's dumps can name: the faulted one and, where the dumps hold no
+    send or recv (gloo), every rank blocked in one that a rank blocked in a collective waits for:
+    it looks stalled in compute, and nothing in the dumps tells that it waits for the fault."""
+    truth = {job.faulted}
+    if not job.gloo:
+        return frozenset(truth)
+    in_p2p = {r for r, ops in issued.items() if ops and ops[-1][1] != "completed" and ops[-1][0].kind != "coll"}
+    for rank, ops in issued.items():
+        if not ops or ops[-1][1] == "completed" or ops[-1][0].kind != "coll":
+            continue
+        op = ops[-1][0]
+        seq = sum(o.group == op.group for o, _ in ops)
+        truth.update(m for m in op.group.ranks
+                     if m in in_p2p and sum(o.group == op.group for o, _ in issued[m]) < seq)
+    return frozenset(truth)
+
+
 def shown_faults(job: Job, issued: dict[int, list[tuple[Op, str]]]) -> frozenset[int]:
     """The two_faults ranks whose change shows: ranks that someone waits for in an op they would
     have issued by now but for their change. A rank that skipped an op is awaited in it once it
@@ -220,12 +353,14 @@ def shown_faults(job: Job, issued: dict[int, list[tuple[Op, str]]]) -> frozenset
 
 
 def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
-    """Run the programs with blocking ranks; per rank, its issued ops with their final state."""
+    """Run the programs with blocking ranks; per rank, its issued ops with their final state.
+    A send and its recv complete together, once both are posted (in a batch or alone)."""
     pc = {r: 0 for r in job.programs}
     issued: dict[int, list[tuple[Op, str]]] = {r: [] for r in job.programs}
     seq: dict[tuple[int, str], int] = {}
     waiting: dict[tuple, set[int]] = {}  # (group, seq) -> ranks that issued it
     blocked: dict[int, tuple] = {}
+    pending: dict[int, list[tuple[int, int, str, int]]] = {}  # rank -> (src, dst, send or recv, part index) not done
     progress = True
     while progress:
         progress = False
@@ -243,8 +378,10 @@ def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
                 if key in job.never_completes and rank in job.never_started:
                     issued[rank][-1] = (op, "scheduled")
             else:
-                src, dst = (rank, op.peer) if op.kind == "send" else (op.peer, rank)
-                blocked[rank] = ("p2p", (src, dst, op.group.name, op.kind))
+                pending[rank] = [(rank, p.peer, p.kind, i) if p.kind == "send" else (p.peer, rank, p.kind, i)
+                                 for i, p in enumerate(op.parts or (op,))]
+                job.parts_done[(rank, len(issued[rank]) - 1)] = set()
+                blocked[rank] = ("p2p", None)
             progress = True
         # complete what can complete
         for rank, (kind, key) in list(blocked.items()):
@@ -258,15 +395,21 @@ def simulate(job: Job) -> dict[int, list[tuple[Op, str]]]:
                             _complete(issued[member])
                             del blocked[member]
                     progress = True
-            else:
-                src, dst, name, side = key
-                other_side = "recv" if side == "send" else "send"
+                continue
+            for src, dst, side, index in list(pending[rank]):
                 partner = dst if side == "send" else src
-                if blocked.get(partner) == ("p2p", (src, dst, name, other_side)):
-                    _complete(issued[rank])
-                    _complete(issued[partner])
-                    del blocked[rank], blocked[partner]
-                    progress = True
+                other = next((p for p in pending.get(partner, ()) if p[:3] == (src, dst, "recv" if side == "send" else "send")), None)
+                if blocked.get(partner) != ("p2p", None) or other is None:
+                    continue
+                pending[rank].remove((src, dst, side, index))
+                pending[partner].remove(other)
+                job.parts_done[(rank, len(issued[rank]) - 1)].add(index)
+                job.parts_done[(partner, len(issued[partner]) - 1)].add(other[3])
+                for done in (rank, partner):
+                    if not pending[done]:
+                        _complete(issued[done])
+                        del blocked[done]
+                progress = True
     return issued
 
 
@@ -287,30 +430,48 @@ def dumps_of(job: Job, issued: dict[int, list[tuple[Op, str]]], rng: random.Rand
         if rank in job.dead:
             continue
         entries, coll_seq, p2p_seq = [], {}, {}
-        for i, (op, state) in enumerate(ops):
+
+        def record(op: Op, name: str, state: str, is_p2p: bool) -> None:
             g = op.group
-            if op.kind == "coll":
-                coll_seq[g.name] = coll_seq.get(g.name, 0) + 1
-                if torchcomms:
-                    coll_seq[g.name] = coll_seq["process"] = coll_seq.get("process", 0) + 1
-                name = op.name
-            else:
-                p2p_seq[g.name] = p2p_seq.get(g.name, 0) + 1
-                me, other = sorted(g.ranks).index(rank), sorted(g.ranks).index(op.peer)
-                name = f"send {me}->{other}" if op.kind == "send" else f"recv {me}<-{other}"
-            created = T0 + i * 1_000_000 + rank * 1_000
+            created = T0 + len(entries) * 1_000_000 + rank * 1_000
             done = state == "completed"
             entries.append({
-                "record_id": i, "pg_id": int(g.name), "process_group": (g.name, g.desc),
-                "collective_seq_id": coll_seq.get(g.name, 0), "p2p_seq_id": p2p_seq.get(g.name, 0), "op_id": i,
+                "record_id": len(entries), "pg_id": int(g.name), "process_group": (g.name, g.desc),
+                "collective_seq_id": coll_seq.get(g.name, 0), "p2p_seq_id": p2p_seq.get(g.name, 0), "op_id": len(entries),
                 "profiling_name": f"{'gloo' if gloo else 'nccl'}:{name}", "time_created_ns": created,
                 "input_sizes": op.sizes_in, "input_dtypes": ["Float"] * len(op.sizes_in),
                 "output_sizes": op.sizes_out, "output_dtypes": ["Float"] * len(op.sizes_out),
                 "state": "scheduled" if gloo else state, "time_discovered_started_ns": None if gloo else created + 10_000,
                 "time_discovered_completed_ns": created + 500_000 if done else None,
                 "duration_ms": None if gloo else 0.49 if done else None, "retired": True if gloo else done, "timeout_ms": 600_000,
-                "is_p2p": op.kind != "coll",
+                "is_p2p": is_p2p,
             })
+
+        def p2p_name(part: Op) -> str:
+            me, other = sorted(part.group.ranks).index(rank), sorted(part.group.ranks).index(part.peer)
+            return f"send {me}->{other}" if part.kind == "send" else f"recv {me}<-{other}"
+
+        for i, (op, state) in enumerate(ops):
+            g = op.group
+            if op.kind == "coll":
+                coll_seq[g.name] = coll_seq.get(g.name, 0) + 1
+                if torchcomms:
+                    coll_seq[g.name] = coll_seq["process"] = coll_seq.get("process", 0) + 1
+                record(op, op.name, state, False)
+            elif gloo:  # gloo records no send or recv
+                continue
+            elif not op.parts:
+                p2p_seq[g.name] = p2p_seq.get(g.name, 0) + 1
+                record(op, p2p_name(op), state, True)
+            elif job.batched:  # batch_isend_irecv: one p2p seq, each op, a terminator with the batch's state
+                p2p_seq[g.name] = p2p_seq.get(g.name, 0) + 1
+                for part in op.parts:
+                    record(part, p2p_name(part), "scheduled", True)
+                record(Op(g, "batch", "coalesced", [], []), "coalesced", state, False)
+            else:  # isend/irecv posted together, each its own op
+                for index, part in enumerate(op.parts):
+                    p2p_seq[g.name] = p2p_seq.get(g.name, 0) + 1
+                    record(part, p2p_name(part), "completed" if index in job.parts_done[(rank, i)] else "started", True)
         if rng.random() < 0.3 and len(entries) > 24:  # a ring buffer that wrapped
             entries = entries[-rng.randint(24, len(entries)):]
         elif torchcomms and len(entries) > 6 and rng.random() < 0.5:  # short jobs: wrap their buffers too
