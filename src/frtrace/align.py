@@ -69,6 +69,7 @@ class P2POp:
     src: int  # global ranks
     dst: int
     state: str  # a batched op takes its batch terminator's state
+    batched: bool = False  # posted in a batch with other p2p ops: its own state is not recorded
 
     @property
     def entry(self) -> Entry:
@@ -251,8 +252,10 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, positions: Seque
         code_of = kind_map.__getitem__
         track.units = {seq: tuple(unit) for seq, unit in by_seq.items()}
         track.unit_kinds = {seq: tuple(map(code_of, map(columns.kind.__getitem__, unit))) for seq, unit in by_seq.items()}
+    batch_sizes = Counter(seq for seq in map(columns.p2p_seq_id.__getitem__, (p[0] for p in p2p)) if seq in batch_state)
     track.p2p = [P2POp(columns, position, kind, src, dst,
-                       batch_state.get(columns.p2p_seq_id[position], columns.states[columns.state[position]]))
+                       batch_state.get(columns.p2p_seq_id[position], columns.states[columns.state[position]]),
+                       batch_sizes[columns.p2p_seq_id[position]] > 1)
                  for position, kind, src, dst in p2p]
     return track
 

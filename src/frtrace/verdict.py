@@ -79,7 +79,12 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
                     culprit_entries[rank] = blockers[rank].entry
         # ranks that each missed another op: each is a desync of its own (the wait-for graph holds
         # a sink or a cycle for each)
-        headline = (f"{len(parts)} independent desyncs: " if len(parts) > 1 else "") + "; ".join(parts)
+        if len(parts) > 1 and graph.p2p_unrecorded and any(r in graph.joined_by_all for r in culprits):
+            # a rank that waits for nobody the dumps show may wait in a send or recv for another culprit
+            headline = f"{len(parts)} desyncs (gloo records no send or recv: which caused which cannot be told): "
+        else:
+            headline = f"{len(parts)} independent desyncs: " if len(parts) > 1 else ""
+        headline += "; ".join(parts)
         for text in undecided_cycles + graph.undecided_behind:  # another deadlock the dumps cannot decide: said, not hidden
             headline += f"; besides, undecided: {text}"
             evidence.append(f"undecided: {text}")
@@ -315,6 +320,8 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
                 clause = f"{{who}} {{is}} blocked in {own.describe()}, which every member joined"
             else:
                 clause = f"{{who}} {{is}} in no collective: {{its}} last op, {own.describe()}, was joined by every member"
+                if graph.p2p_unrecorded:
+                    clause += " (or in a send or recv, which gloo does not record)"
         else:
             clause = f"{{who}} {{is}} blocked in {own.describe()}"
         clauses.setdefault(clause, []).append(rank)

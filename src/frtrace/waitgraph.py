@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import ne
 
+from . import rules
 from .align import ANY_SOURCE, GroupView, P2POp, Track, by_number, ranks_word, unit_label, unit_state
 from .groups import GroupTable
 from .types import Dump, Entry, Finding, Group
@@ -48,34 +49,89 @@ def _class_text(op_class: tuple) -> str:
 def _steps_between(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> int | None:
     """How many earlier steps of the rank's buffer show `wanted` between two `blocked` ops, when
     all of them (at least _HISTORY_STEPS) do and the last two `blocked` ops have none between
-    them; None otherwise (no evidence)."""
-    gaps = _gaps(dump, blocked, wanted, group_of)
-    if len(gaps) < _HISTORY_STEPS + 1 or gaps[-1] or not all(gaps[:-1]):
+    them; None otherwise (no evidence). A buffer that never wrapped holds the first step too:
+    what it holds before its first `blocked` op counts where it holds a `wanted` one."""
+    first, gaps = _gaps(dump, blocked, wanted, group_of)
+    if not gaps or gaps[-1] or not all(gaps[:-1]):
         return None
-    return len(gaps) - 1
+    steps = len(gaps) - 1 + bool(first)
+    return steps if steps >= _HISTORY_STEPS else None
 
 
 def _in_step(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> bool:
     """Whether the rank's buffer shows `wanted` between every two `blocked` ops, the last two
     too, in at least _HISTORY_STEPS steps: it is blocked where its program has it, not astray."""
-    gaps = _gaps(dump, blocked, wanted, group_of)
+    gaps = _gaps(dump, blocked, wanted, group_of)[1]
     return len(gaps) >= _HISTORY_STEPS and all(gaps)
 
 
-def _gaps(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> list[bool]:
-    """For each two consecutive `blocked`-class ops in the buffer, whether a `wanted` one lies between."""
-    marks = []  # True for a `blocked`-class op, False for a `wanted`-class op, in buffer order
+def _gaps(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> tuple[int | None, list[int]]:
+    """How many `wanted`-class ops the buffer holds before its first `blocked`-class op (None
+    where it wrapped: older ops are gone) and between each two consecutive ones."""
+    gaps: list[int] = []
+    count = 0
+    first = None
+    seen_blocked = False
     for entry in dump.entries:
         group = group_of(entry)
         if group is None:
             continue
         op_class = _class_of_entry(entry, group)
         if op_class == blocked:
-            marks.append(True)
+            if seen_blocked:
+                gaps.append(count)
+            else:
+                first, seen_blocked = count, True
+            count = 0
         elif op_class == wanted:
-            marks.append(False)
-    positions = [i for i, is_blocked in enumerate(marks) if is_blocked]
-    return [any(not m for m in marks[a + 1:b]) for a, b in zip(positions, positions[1:])]
+            count += 1
+    return (None if dump.wrapped else first), gaps
+
+
+def _step_left_out(dump: Dump, upto: int, wanted: tuple, group_of) -> tuple[int, int, tuple] | None:
+    """Where the rank's buffer repeats one step op for op and the step it is in (up to its op at
+    buffer index `upto`, the one it is blocked in), or the one before, is that step less one
+    `wanted` op: (steps repeated, ops in a step, the class that starts one). A step runs from one
+    op of a class to the next, of the classes that recur least often (once a step: a pipeline's
+    sends and recvs recur once per microbatch, with warm-up and cool-down steps unlike the others);
+    every complete step the buffer holds must be alike. None: no such evidence."""
+    classes = []
+    after_p2p = False
+    for entry in dump.entries[:upto + 1]:
+        group = group_of(entry)
+        if group is None:
+            continue
+        if not (after_p2p and entry.op in rules.COALESCED_TERMINATORS):  # a batch's end goes with its ops
+            classes.append(_class_of_entry(entry, group))
+        after_p2p = entry.is_p2p
+    counts = Counter(classes)
+    recurring = [n for n in counts.values() if n > _HISTORY_STEPS]
+    for start in (c for c, n in counts.items() if recurring and n == min(recurring)):
+        cuts = [i for i, c in enumerate(classes) if c == start]
+        steps = [tuple(classes[a:b]) for a, b in zip(cuts, cuts[1:])]
+        tail = tuple(classes[cuts[-1]:])
+        for deviant, rest in ((tail, ()), (steps[-1] if steps else (), tail)):
+            known = steps[:-1] if rest else steps  # the complete steps before the deviant one: all alike
+            if not known or known.count(known[-1]) != len(known):
+                continue
+            template = known[-1]
+            # a buffer that never wrapped holds the first step, which no op of the class starts
+            repeated = len(known) + (not dump.wrapped and tuple(classes[:cuts[0]]) == template[1:])
+            if repeated < _HISTORY_STEPS or (rest and template[:len(rest)] != rest):  # the step after it follows the template
+                continue
+            if _one_left_out(template, deviant, wanted, complete=bool(rest)):
+                return repeated, len(template), start
+    return None
+
+
+def _one_left_out(template: tuple, seen: tuple, wanted: tuple, complete: bool) -> bool:
+    """Whether `seen` is `template` less one `wanted` op: all of it (`complete`), or up to where
+    it ends (a step still running, which ends in the op the rank is blocked in)."""
+    for i, (a, b) in enumerate(zip(template, seen)):
+        if a != b:
+            rest = template[i + 1:] if complete else template[i + 1:i + 1 + len(seen) - i]
+            return a == wanted and rest == seen[i:]
+    return complete and len(seen) == len(template) - 1 and template[-1] == wanted
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +189,24 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
     return None
 
 
+def _settled(ops: list[P2POp]) -> list[P2POp]:
+    return [o for o in ops if o.state != "completed"]
+
+
+def _done_in_batch(out: list[P2POp], into: list[P2POp]) -> tuple[list[P2POp], list[P2POp]]:
+    """The oldest send and recv of a link still open, where one of them was posted in a batch
+    with other p2p ops (it carries the batch's state, which its other ops may hold back) and the
+    other alone: both started, they would have completed together had they been partners (a
+    dump taken in a hang is not taken in the microseconds a transfer lasts), so the batched one
+    is done already and its partner was an earlier op."""
+    while out and into and out[0].state == into[0].state == "started" and out[0].batched != into[0].batched:
+        if out[0].batched:
+            out = out[1:]
+        else:
+            into = into[1:]
+    return out, into
+
+
 def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: dict[int, bool]):
     """Pair sends with recvs first-in-first-out per (group, src, dst)."""
     findings: list[Finding] = []
@@ -153,8 +227,8 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
             out, into = sends.get(pair, []), recvs.get(pair, [])
             if tracking[src] and tracking[dst]:
                 # completed ops were matched (a p2p op completes only with its partner)
-                out = [o for o in out if o.state != "completed"]
-                into = [o for o in into if o.state != "completed"]
+                out, into = _settled(out), _settled(into)
+                out, into = _done_in_batch(out, into)
             elif dumps[src].wrapped or dumps[dst].wrapped:
                 notes.append(f"p2p {src}->{dst} in {view.group.label} not checked: a buffer wrapped and completion is not recorded")
                 continue
@@ -213,6 +287,9 @@ class WaitGraph:
         self._everyones_votes: dict[tuple, list[int]] = {}  # (op, op) -> the votes of every rank that issued both
         self.undecided_behind: list[str] = []  # what no strong rule decides beside a decided culprit
         self._unordered: set[int] = set()  # blocked ranks awaited in another op, of which nothing tells the order
+        # gloo records no send or recv: a rank that waits for nobody may wait in one (a pipeline stage)
+        self.p2p_unrecorded = bool(dumps) and all(any(k.backend == "gloo" for k in d.entries.kinds)
+                                                  for d in dumps.values() if len(d.entries))
         for rank, blocker in blockers.items():
             if blocker is None:
                 continue
@@ -562,7 +639,8 @@ class WaitGraph:
         """Whether the other groups with this desc and size issued `seq` (every member of each),
         stopped before it (every member), or cannot tell (None: none, or they disagree). A group
         with a member in `held` (waiting, however indirectly, for the idle ranks) stopped because
-        of them, not where its program is: it says nothing of where the program is."""
+        of them, not where its program is: it says nothing of where the program is; nor does one
+        with a member that may wait in an op the dumps do not record (_may_wait_unseen)."""
         answers = set()
         for other in self._class_views(view.group):
             if other is view or other.unknown or not other.known_last:
@@ -570,9 +648,14 @@ class WaitGraph:
             lasts = set(other.known_last.values())
             if min(lasts) >= seq:
                 answers.add(True)
-            elif max(lasts) < seq and not held.intersection(other.group.ranks):
+            elif max(lasts) < seq and not held.intersection(other.group.ranks) and not self._may_wait_unseen(other.group):
                 answers.add(False)
         return answers.pop() if len(answers) == 1 else None
+
+    def _may_wait_unseen(self, group: Group) -> bool:
+        """Whether a member of the group may wait in an op the dumps do not record (a send or
+        recv, in gloo) and so stopped where its program is not: it waits for nobody they show."""
+        return self.p2p_unrecorded and any(r not in self.op_of for r in group.ranks)
 
     def _waiting_for(self, ranks) -> set[int]:
         """The ranks that wait for `ranks`, directly or through others who do."""
@@ -591,8 +674,10 @@ class WaitGraph:
 
         A rank r blocked in op class A and awaited by the others in op class B: if, in r's own
         buffer, every two consecutive A's before the last have a B between them (at least
-        _HISTORY_STEPS times) and the last two A's have none, r skipped B this step. Ops of any
-        kind are classes: a collective by group, op and sizes; a send or recv by group and peers.
+        _HISTORY_STEPS times) and the last two A's have none, r skipped B this step; so too where
+        its buffer repeats one step op for op and the step it is in lacks one B (_step_left_out: a
+        pipeline stage that left out one of its microbatches' receives). Ops of any kind are
+        classes: a collective by group, op and sizes; a send or recv by group and peers.
         """
         deviators: dict[int, tuple] = {}
         evidence: list[str] = []
@@ -605,13 +690,21 @@ class WaitGraph:
                 wanted = self._class_of_awaited(key)
                 if wanted is None:
                     continue
-                steps = _steps_between(dump, _class_of_entry(blocker.entry, blocker.group), wanted, self._group_of(rank))
+                blocked = _class_of_entry(blocker.entry, blocker.group)
+                steps = _steps_between(dump, blocked, wanted, self._group_of(rank))
                 if steps is not None:
-                    deviators[rank] = key
                     evidence.append(f"own history: rank {rank}'s buffer shows {_class_text(wanted)} between every two "
-                                    f"{_class_text(_class_of_entry(blocker.entry, blocker.group))} in its last {steps} steps, "
-                                    "and not before its latest one")
-                    break
+                                    f"{_class_text(blocked)} in its last {steps} steps, and not before its latest one")
+                else:
+                    left_out = _step_left_out(dump, blocker.entry.index, wanted, self._group_of(rank))
+                    if left_out is None:
+                        continue
+                    steps, size, start = left_out
+                    evidence.append(f"own history: rank {rank}'s buffer repeats one step of {size} ops (from one "
+                                    f"{_class_text(start)} to the next) in its last {steps} steps; the step it is in "
+                                    f"has one {_class_text(wanted)} fewer")
+                deviators[rank] = key
+                break
         return deviators, evidence
 
     def _group_of(self, rank: int):
