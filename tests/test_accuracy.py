@@ -93,7 +93,7 @@ def test_without_the_step_rule_a_pipeline_stage_that_left_out_a_receive_is_not_f
     left out is not missing between two of its steps' all_reduces; only the whole step shows it."""
     seeds = [20261124 + i for i in range(60)]
     right = sum(accuracy.run_job(seed, "pipeline_drop")[0] == "right" for seed in seeds)
-    monkeypatch.setattr(waitgraph, "_step_left_out", lambda dump, upto, wanted, group_of: None)
+    monkeypatch.setattr(waitgraph, "_step_left_out", lambda buffer, upto, wanted: None)
     right_without = sum(accuracy.run_job(seed, "pipeline_drop")[0] == "right" for seed in seeds)
     assert right >= 40 and right_without < right - 20, (right, right_without)
 

@@ -535,7 +535,7 @@ def _completion_from_retired(entries: EntryColumns, raw_entries: list) -> bool:
     """
     if {"completed", "started"} & set(entries.states) or not raw_entries:
         return False
-    if any(k.backend == "gloo" for k in entries.kinds):
+    if entries.from_gloo:
         return False
     try:
         retired = list(map(_retired_of, raw_entries))

@@ -194,6 +194,11 @@ class EntryColumns(Sequence):
     def __len__(self) -> int:
         return len(self.kind)
 
+    @property
+    def from_gloo(self) -> bool:
+        """Written by the gloo recorder: no send or recv, no completion recorded."""
+        return any(k.backend == "gloo" for k in self.kinds)
+
     def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]

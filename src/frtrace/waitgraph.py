@@ -46,64 +46,73 @@ def _class_text(op_class: tuple) -> str:
     return f"{op_class[2]} of {op_class[1].label}"
 
 
-def _steps_between(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> int | None:
+@dataclass(frozen=True, slots=True)
+class _Buffer:
+    """A rank's buffer read as op classes, oldest first: what the own-history rules compare."""
+
+    ops: list[tuple[int, tuple, bool]]  # (buffer index, class, whether it ends a batch of p2p ops)
+    wrapped: bool  # older ops are gone
+
+
+def _buffer_of(dump: Dump, group_of) -> _Buffer:
+    """The rank's ops in the groups `group_of` knows, as classes."""
+    ops = []
+    after_p2p = False
+    for entry in dump.entries:
+        group = group_of(entry)
+        if group is None:
+            continue
+        ops.append((entry.index, _class_of_entry(entry, group), after_p2p and entry.op in rules.COALESCED_TERMINATORS))
+        after_p2p = entry.is_p2p
+    return _Buffer(ops, dump.wrapped)
+
+
+def _steps_between(buffer: _Buffer, blocked: tuple, wanted: tuple) -> int | None:
     """How many earlier steps of the rank's buffer show `wanted` between two `blocked` ops, when
     all of them (at least _HISTORY_STEPS) do and the last two `blocked` ops have none between
     them; None otherwise (no evidence). A buffer that never wrapped holds the first step too:
     what it holds before its first `blocked` op counts where it holds a `wanted` one."""
-    first, gaps = _gaps(dump, blocked, wanted, group_of)
+    first, gaps = _gaps(buffer, blocked, wanted)
     if not gaps or gaps[-1] or not all(gaps[:-1]):
         return None
     steps = len(gaps) - 1 + bool(first)
     return steps if steps >= _HISTORY_STEPS else None
 
 
-def _in_step(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> bool:
+def _in_step(buffer: _Buffer, blocked: tuple, wanted: tuple) -> bool:
     """Whether the rank's buffer shows `wanted` between every two `blocked` ops, the last two
     too, in at least _HISTORY_STEPS steps: it is blocked where its program has it, not astray."""
-    gaps = _gaps(dump, blocked, wanted, group_of)[1]
+    gaps = _gaps(buffer, blocked, wanted)[1]
     return len(gaps) >= _HISTORY_STEPS and all(gaps)
 
 
-def _gaps(dump: Dump, blocked: tuple, wanted: tuple, group_of) -> tuple[int | None, list[int]]:
+def _gaps(buffer: _Buffer, blocked: tuple, wanted: tuple) -> tuple[int | None, list[int]]:
     """How many `wanted`-class ops the buffer holds before its first `blocked`-class op (None
     where it wrapped: older ops are gone) and between each two consecutive ones."""
     gaps: list[int] = []
-    count = 0
     first = None
-    seen_blocked = False
-    for entry in dump.entries:
-        group = group_of(entry)
-        if group is None:
-            continue
-        op_class = _class_of_entry(entry, group)
+    count = 0
+    for _, op_class, _ in buffer.ops:
         if op_class == blocked:
-            if seen_blocked:
-                gaps.append(count)
+            if first is None:
+                first = count
             else:
-                first, seen_blocked = count, True
+                gaps.append(count)
             count = 0
         elif op_class == wanted:
             count += 1
-    return (None if dump.wrapped else first), gaps
+    return (None if buffer.wrapped else first), gaps
 
 
-def _step_left_out(dump: Dump, upto: int, wanted: tuple, group_of) -> tuple[int, int, tuple] | None:
+def _step_left_out(buffer: _Buffer, upto: int, wanted: tuple) -> tuple[int, int, tuple] | None:
     """Where the rank's buffer repeats one step op for op and the step it is in (up to its op at
     buffer index `upto`, the one it is blocked in), or the one before, is that step less one
     `wanted` op: (steps repeated, ops in a step, the class that starts one). A step runs from one
     op of a class to the next, of the classes that recur least often (once a step: a pipeline's
     sends and recvs recur once per microbatch, with warm-up and cool-down steps unlike the others);
-    every complete step the buffer holds must be alike. None: no such evidence."""
-    classes = []
-    after_p2p = False
-    for entry in dump.entries[:upto + 1]:
-        group = group_of(entry)
-        if group is None:
-            continue
-        if not (after_p2p and entry.op in rules.COALESCED_TERMINATORS):  # a batch's end goes with its ops
-            classes.append(_class_of_entry(entry, group))
-        after_p2p = entry.is_p2p
+    every complete step the buffer holds must be alike. A batch's end goes with its ops. None: no
+    such evidence."""
+    classes = [op_class for index, op_class, batch_end in buffer.ops if index <= upto and not batch_end]
     counts = Counter(classes)
     recurring = [n for n in counts.values() if n > _HISTORY_STEPS]
     for start in (c for c, n in counts.items() if recurring and n == min(recurring)):
@@ -116,7 +125,7 @@ def _step_left_out(dump: Dump, upto: int, wanted: tuple, group_of) -> tuple[int,
                 continue
             template = known[-1]
             # a buffer that never wrapped holds the first step, which no op of the class starts
-            repeated = len(known) + (not dump.wrapped and tuple(classes[:cuts[0]]) == template[1:])
+            repeated = len(known) + (not buffer.wrapped and tuple(classes[:cuts[0]]) == template[1:])
             if repeated < _HISTORY_STEPS or (rest and template[:len(rest)] != rest):  # the step after it follows the template
                 continue
             if _one_left_out(template, deviant, wanted, complete=bool(rest)):
@@ -189,10 +198,6 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
     return None
 
 
-def _settled(ops: list[P2POp]) -> list[P2POp]:
-    return [o for o in ops if o.state != "completed"]
-
-
 def _done_in_batch(out: list[P2POp], into: list[P2POp]) -> tuple[list[P2POp], list[P2POp]]:
     """The oldest send and recv of a link still open, where one of them was posted in a batch
     with other p2p ops (it carries the batch's state, which its other ops may hold back) and the
@@ -227,7 +232,8 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
             out, into = sends.get(pair, []), recvs.get(pair, [])
             if tracking[src] and tracking[dst]:
                 # completed ops were matched (a p2p op completes only with its partner)
-                out, into = _settled(out), _settled(into)
+                out = [o for o in out if o.state != "completed"]
+                into = [o for o in into if o.state != "completed"]
                 out, into = _done_in_batch(out, into)
             elif dumps[src].wrapped or dumps[dst].wrapped:
                 notes.append(f"p2p {src}->{dst} in {view.group.label} not checked: a buffer wrapped and completion is not recorded")
@@ -283,13 +289,13 @@ class WaitGraph:
         self.joined_by_all: dict[int, Blocker] = {}
         self.ran_ahead: dict[tuple, tuple[int, ...]] = {}  # op key -> the ranks that issued it alone
         self._groups_by_rank: dict[tuple[int, str], Group] | None = None
+        self._buffers: dict[int, _Buffer] = {}  # rank -> its buffer as op classes, read on first use
         self._awaiting: defaultdict[int, list[tuple]] | None = None  # rank -> the ops waiting for it
         self._everyones_votes: dict[tuple, list[int]] = {}  # (op, op) -> the votes of every rank that issued both
         self.undecided_behind: list[str] = []  # what no strong rule decides beside a decided culprit
         self._unordered: set[int] = set()  # blocked ranks awaited in another op, of which nothing tells the order
         # gloo records no send or recv: a rank that waits for nobody may wait in one (a pipeline stage)
-        self.p2p_unrecorded = bool(dumps) and all(any(k.backend == "gloo" for k in d.entries.kinds)
-                                                  for d in dumps.values() if len(d.entries))
+        self.p2p_unrecorded = bool(dumps) and all(d.entries.from_gloo for d in dumps.values() if len(d.entries))
         for rank, blocker in blockers.items():
             if blocker is None:
                 continue
@@ -572,12 +578,17 @@ class WaitGraph:
     def _keeps_step(self, rank: int, awaited: list[tuple]) -> bool:
         """Whether the rank's own buffer shows each op it is awaited in between every two of the
         op it is blocked in, before its latest one too: it is where its own program has it."""
-        blocker, dump = self.blockers.get(rank), self.dumps.get(rank)
-        if blocker is None or dump is None:
+        blocker = self.blockers.get(rank)
+        if blocker is None or rank not in self.dumps:
             return False
         blocked = _class_of_entry(blocker.entry, blocker.group)
         wanted = [self._class_of_awaited(k) for k in awaited]
-        return all(w is not None and _in_step(dump, blocked, w, self._group_of(rank)) for w in wanted)
+        return all(w is not None and _in_step(self._buffer(rank), blocked, w) for w in wanted)
+
+    def _buffer(self, rank: int) -> _Buffer:
+        if rank not in self._buffers:
+            self._buffers[rank] = _buffer_of(self.dumps[rank], self._group_of(rank))
+        return self._buffers[rank]
 
     def _awaited_by(self, rank: int) -> list[tuple]:
         """The ops waiting for `rank` (an index made on first use)."""
@@ -683,20 +694,19 @@ class WaitGraph:
         evidence: list[str] = []
         for rank in sorted(cycle_ranks):
             blocker = self.blockers.get(rank)
-            dump = self.dumps.get(rank)
-            if blocker is None or dump is None:
+            if blocker is None or rank not in self.dumps:
                 continue
+            blocked = _class_of_entry(blocker.entry, blocker.group)
             for key in self._awaited_by(rank):
                 wanted = self._class_of_awaited(key)
                 if wanted is None:
                     continue
-                blocked = _class_of_entry(blocker.entry, blocker.group)
-                steps = _steps_between(dump, blocked, wanted, self._group_of(rank))
+                steps = _steps_between(self._buffer(rank), blocked, wanted)
                 if steps is not None:
                     evidence.append(f"own history: rank {rank}'s buffer shows {_class_text(wanted)} between every two "
                                     f"{_class_text(blocked)} in its last {steps} steps, and not before its latest one")
                 else:
-                    left_out = _step_left_out(dump, blocker.entry.index, wanted, self._group_of(rank))
+                    left_out = _step_left_out(self._buffer(rank), blocker.entry.index, wanted)
                     if left_out is None:
                         continue
                     steps, size, start = left_out
