@@ -42,12 +42,15 @@ def test_random_faulty_jobs_never_blame_an_innocent_rank():
 
 def test_without_op_states_as_evidence_stuck_ranks_are_not_found(monkeypatch):
     """The test above can fail: without the rule that ops stuck below PyTorch explain the waits,
-    a GPU hang or a stuck group is a desync of innocent ranks, or undecided."""
+    a GPU hang is a desync of innocent ranks, or undecided, and a stuck group often a desync (its
+    members stayed behind, which own history or a majority shows, but not why)."""
     from frtrace import verdict
 
     monkeypatch.setattr(verdict, "_stuck_below", lambda graph_culprits, stuck: [])
-    outcomes = Counter(accuracy.run_job(20261121 + i, fault)[0] for i in range(40) for fault in jobgen.STATE_FAULTS)
-    assert outcomes["right"] < 60 and outcomes["wrong"] + outcomes["inconclusive"] > 20, outcomes
+    outcomes = Counter(accuracy.run_job(20261121 + i, "gpu_hang")[0] for i in range(40))
+    assert outcomes["right"] < 30 and outcomes["wrong"] + outcomes["inconclusive"] > 10, outcomes
+    verdicts = Counter(accuracy.run_job(20261121 + i, "stuck_group")[2].verdict for i in range(40))
+    assert verdicts["stuck"] < 30, verdicts
 
 
 @pytest.mark.parametrize("rule,fault", [
@@ -106,3 +109,15 @@ def test_without_settling_batches_a_pipeline_stage_is_misread(monkeypatch):
     monkeypatch.setattr(waitgraph, "_done_in_batch", lambda out, into: (out, into))
     changed = sum(accuracy.run_job(seed, "pipeline_drop")[2].headline != h for seed, h in zip(seeds, headlines))
     assert changed > 5, changed
+
+
+def test_without_own_history_in_a_tie_a_rank_left_behind_is_not_named(monkeypatch):
+    """A pair tied (one member issued the op, the other waits for nobody): where both repeat one
+    step and stopped inside their loop, the idle one stayed behind (a second fault, or in gloo a
+    rank waiting in a receive). Without that rule those jobs are left undecided."""
+    seeds = [20261124 + i for i in range(150)]
+    kinds = ("two_faults", "pipeline_skip")
+    right = sum(accuracy.run_job(seed, fault)[0] == "right" for seed in seeds for fault in kinds)
+    monkeypatch.setattr(waitgraph.WaitGraph, "_stayed_behind", lambda self, key, issuers, idle: None)
+    right_without = sum(accuracy.run_job(seed, fault)[0] == "right" for seed in seeds for fault in kinds)
+    assert right_without <= right - 5, (right, right_without)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections import Counter
 import pickle
 
 import pytest
@@ -598,6 +599,58 @@ def test_in_gloo_sibling_groups_that_stopped_decide_nothing():
     result = _pair_split({r: 2 for r in range(2, 8)})
     assert result.verdict == "inconclusive" and result.culprit_ranks == ()
     assert result.headline.startswith("INCONCLUSIVE: rank 0 issued all_reduce #3 of tp, rank 1 never did and waits for nobody")
+
+
+def _loops(program: dict[int, str]) -> dict[int, dict]:
+    """gloo dumps of ranks 0-2 from their programs, one letter an op: t an all_reduce of tp {0, 1},
+    w one of the world's."""
+    groups = {"0": ("default_pg", range(3)), "1": ("tp", (0, 1))}
+    dumps = {}
+    for rank, letters in program.items():
+        seqs = Counter()
+        raw = []
+        for letter in letters:
+            pg = "1" if letter == "t" else "0"
+            seqs[pg] += 1
+            raw.append(entry(pg=pg, desc=groups[pg][0], seq=seqs[pg]))
+        dumps[rank] = nccl(raw, groups)
+    return dumps
+
+
+def test_in_a_tie_the_rank_that_stopped_inside_the_loop_its_buffer_repeats_stayed_behind():
+    """Ranks 0 and 1 repeat (tp, tp, world); rank 0 stopped one tp into its fourth pass, where rank
+    1 issued the second: its loop cannot end there (its buffer began where a pass begins)."""
+    result = run(_loops({0: "ttw" * 3 + "t", 1: "ttw" * 3 + "tt", 2: "www"}))
+    assert result.culprit_ranks == (0,)
+    assert result.evidence == ("own history: each of ranks 0-1 repeats one step op for op, and stopped 2 ops into a step "
+                               "of its own with all_reduce of tp next, before the end of its loop: rank 1 issued it there, "
+                               "rank 0 stayed behind",)
+
+
+@pytest.mark.parametrize("program", [
+    {0: "ttw" * 3, 1: "ttw" * 3 + "t", 2: "www"},  # rank 0 ended where a pass of its loop ends: the program may end there
+    {0: "wttw" * 3 + "t", 1: "wttw" * 3 + "tt", 2: "wwwwww"},  # a world op before the loop: where it starts is not shown
+    {0: "ttw" * 2 + "t", 1: "ttw" * 2 + "tt", 2: "ww"},  # two passes: too few to read a loop from
+], ids=["at-the-loop-end", "prologue", "too-few-steps"])
+def test_in_a_tie_own_histories_decide_only_inside_a_loop_they_show(program):
+    result = run(_loops(program))
+    assert result.verdict == "inconclusive" and result.culprit_ranks == (), result.headline
+    assert result.headline.endswith("as many members ran ahead as stayed behind, and no sibling group shows which is right")
+
+
+@pytest.mark.parametrize("letters,wrapped,found", [
+    ("ARRRW" * 3 + "ARR", False, (5, 4)),  # first ops ARRR: a pass runs A..W; 4 ops into a step (W A R R), R next
+    ("ARRRW" * 3 + "A", False, (5, 2)),
+    ("ARRRW" * 3, False, None),  # stopped where a pass ends
+    ("ARRRW" * 3 + "AA", False, None),  # the step it is in does not follow the one it repeats
+    ("ARRRW" * 3 + "AR", True, None),  # wrapped: where a pass starts is gone
+    ("B" + "ARRRW" * 3 + "AR", False, None),  # an op before the loop: the first ops are no step's end
+], ids=["mid-step", "early", "loop-end", "astray", "wrapped", "prologue"])
+def test_a_rank_stopped_inside_its_loop_is_told_from_one_whose_program_may_have_ended(letters, wrapped, found):
+    from frtrace.waitgraph import _Buffer, _stopped_in_step
+
+    buffer = _Buffer([(i, letter, False) for i, letter in enumerate(letters)], wrapped)
+    assert _stopped_in_step(buffer, len(letters), "R") == found
 
 
 @pytest.mark.parametrize("last_seq,layout", [({2: 2, 4: 2, 6: 2}, "gloo"), ({2: 2, 3: 2}, "nccl")],

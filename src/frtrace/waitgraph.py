@@ -104,33 +104,70 @@ def _gaps(buffer: _Buffer, blocked: tuple, wanted: tuple) -> tuple[int | None, l
     return (None if buffer.wrapped else first), gaps
 
 
-def _step_left_out(buffer: _Buffer, upto: int, wanted: tuple) -> tuple[int, int, tuple] | None:
-    """Where the rank's buffer repeats one step op for op and the step it is in (up to its op at
-    buffer index `upto`, the one it is blocked in), or the one before, is that step less one
-    `wanted` op: (steps repeated, ops in a step, the class that starts one). A step runs from one
-    op of a class to the next, of the classes that recur least often (once a step: a pipeline's
-    sends and recvs recur once per microbatch, with warm-up and cool-down steps unlike the others);
-    every complete step the buffer holds must be alike. A batch's end goes with its ops. None: no
-    such evidence."""
+def _step_cuts(buffer: _Buffer, upto: int):
+    """The rank's buffer (up to index `upto`) cut into steps, once for each class that recurs
+    least often (once a step; a pipeline's sends and recvs recur once per microbatch, with warm-up
+    and cool-down steps unlike the others), often enough to start _HISTORY_STEPS steps after the
+    first (which a buffer that never wrapped holds whole): (that class, the complete steps from one
+    op of it to the next, the step it is in, the ops before its first one). A batch's end goes
+    with its ops."""
     classes = [op_class for index, op_class, batch_end in buffer.ops if index <= upto and not batch_end]
     counts = Counter(classes)
-    recurring = [n for n in counts.values() if n > _HISTORY_STEPS]
+    recurring = [n for n in counts.values() if n >= _HISTORY_STEPS + buffer.wrapped]
     for start in (c for c, n in counts.items() if recurring and n == min(recurring)):
         cuts = [i for i, c in enumerate(classes) if c == start]
         steps = [tuple(classes[a:b]) for a, b in zip(cuts, cuts[1:])]
-        tail = tuple(classes[cuts[-1]:])
+        yield start, steps, tuple(classes[cuts[-1]:]), tuple(classes[:cuts[0]])
+
+
+def _step_left_out(buffer: _Buffer, upto: int, wanted: tuple) -> tuple[int, int, tuple] | None:
+    """Where the rank's buffer repeats one step op for op and the step it is in (up to its op at
+    buffer index `upto`, the one it is blocked in), or the one before, is that step less one
+    `wanted` op: (steps repeated, ops in a step, the class that starts one). Every complete step
+    the buffer holds must be alike. None: no such evidence."""
+    for start, steps, tail, first in _step_cuts(buffer, upto):
         for deviant, rest in ((tail, ()), (steps[-1] if steps else (), tail)):
             known = steps[:-1] if rest else steps  # the complete steps before the deviant one: all alike
             if not known or known.count(known[-1]) != len(known):
                 continue
             template = known[-1]
             # a buffer that never wrapped holds the first step, which no op of the class starts
-            repeated = len(known) + (not buffer.wrapped and tuple(classes[:cuts[0]]) == template[1:])
+            repeated = len(known) + (not buffer.wrapped and first == template[1:])
             if repeated < _HISTORY_STEPS or (rest and template[:len(rest)] != rest):  # the step after it follows the template
                 continue
             if _one_left_out(template, deviant, wanted, complete=bool(rest)):
                 return repeated, len(template), start
     return None
+
+
+def _on_step(buffer: _Buffer, upto: int) -> tuple[tuple, tuple, tuple] | None:
+    """Where the rank's buffer repeats one step op for op (every complete step alike, at least
+    _HISTORY_STEPS of them) and the step it is in, up to buffer index `upto`, follows it so far:
+    (the step, the part of it done, the ops before the buffer's first step). None: no such step."""
+    for _, steps, tail, first in _step_cuts(buffer, upto):
+        if not steps or steps.count(steps[-1]) != len(steps):
+            continue
+        template = steps[-1]
+        repeated = len(steps) + (not buffer.wrapped and first == template[1:])
+        if repeated >= _HISTORY_STEPS and template[:len(tail)] == tail:
+            return template, tail, first
+    return None
+
+
+def _stopped_in_step(buffer: _Buffer, upto: int, wanted: tuple) -> tuple[int, int] | None:
+    """Where the rank's buffer, up to index `upto`, follows the step it repeats and stops with a
+    `wanted` op next, inside its program's loop: (ops in a step, ops done in this one). A buffer
+    that never wrapped shows where the loop starts (its first ops are the end of a step); where it
+    would end, or where a wrapped buffer cannot show it, the program may simply have ended there
+    (and a rank that issued the op ran ahead): None."""
+    found = _on_step(buffer, upto)
+    if found is None or buffer.wrapped:
+        return None
+    template, done, first = found
+    loop_end = len(template) - len(first)  # ops into a step where each pass of the loop ends
+    if first != template[loop_end:] or len(done) == loop_end or template[len(done) % len(template)] != wanted:
+        return None
+    return len(template), len(done)
 
 
 def _one_left_out(template: tuple, seen: tuple, wanted: tuple, complete: bool) -> bool:
@@ -577,13 +614,18 @@ class WaitGraph:
 
     def _keeps_step(self, rank: int, awaited: list[tuple]) -> bool:
         """Whether the rank's own buffer shows each op it is awaited in between every two of the
-        op it is blocked in, before its latest one too: it is where its own program has it."""
+        op it is blocked in, before its latest one too, or follows the step it repeats, which holds
+        them: it is where its own program has it."""
         blocker = self.blockers.get(rank)
         if blocker is None or rank not in self.dumps:
             return False
         blocked = _class_of_entry(blocker.entry, blocker.group)
         wanted = [self._class_of_awaited(k) for k in awaited]
-        return all(w is not None and _in_step(self._buffer(rank), blocked, w) for w in wanted)
+        if all(w is not None and _in_step(self._buffer(rank), blocked, w) for w in wanted):
+            return True
+        # or its buffer repeats one step op for op, which holds those ops, and it follows that step
+        on_step = _on_step(self._buffer(rank), blocker.entry.index)
+        return on_step is not None and all(w in on_step[0] for w in wanted)
 
     def _buffer(self, rank: int) -> _Buffer:
         if rank not in self._buffers:
@@ -631,10 +673,15 @@ class WaitGraph:
             return blamed
         if len(issuers) == len(awaited):
             sibling = self._sibling_reached(view, seq, self._waiting_for(idle))
-            if sibling is None:
+            behind = self._stayed_behind(key, issuers, awaited)
+            if behind and sibling is not False:
+                evidence.append(behind)
+                return blamed
+            if sibling is None or behind:
                 undecided.append(f"{ranks_word(issuers)} issued {described}, {ranks_word(awaited)} never did and "
-                                 f"{by_number(awaited, 'waits', 'wait')} for "
-                                 "nobody: as many members ran ahead as stayed behind, and no sibling group shows which is right")
+                                 f"{by_number(awaited, 'waits', 'wait')} for nobody: as many members ran ahead as "
+                                 "stayed behind, and " + ("their own histories and the sibling groups disagree on which is right"
+                                                          if behind else "no sibling group shows which is right"))
                 return []
             if sibling:
                 evidence.append(f"sibling groups: the other {view.group.label} groups issued #{seq} too")
@@ -645,6 +692,22 @@ class WaitGraph:
                             f"nobody; {ranks_word(issuers)} issued it alone")
         self.ran_ahead[key] = tuple(issuers)
         return [(r, key) for r in issuers]
+
+    def _stayed_behind(self, key: tuple, issuers: list[int], idle: list[int]) -> str | None:
+        """Evidence that the ranks awaited in collective `key`, who wait for nobody, stopped inside
+        their program's loop with it next (_stopped_in_step), and that its issuers issued it where
+        their own loops have it: the idle ones stayed behind, none ran ahead. None: no such evidence."""
+        wanted = self._class_of_awaited(key)
+        if wanted is None or any(self.op_of.get(r) != key for r in issuers):
+            return None
+        stops = {_stopped_in_step(self._buffer(r), len(self.dumps[r].entries), wanted) for r in idle}
+        stops |= {_stopped_in_step(self._buffer(r), self.blockers[r].entry.index - 1, wanted) for r in issuers}
+        if None in stops:
+            return None
+        where = f"{stops.pop()[1]} ops into a step of its own " if len(stops) == 1 else "inside a step of its own "
+        return (f"own history: each of {ranks_word([*idle, *issuers])} repeats one step op for op, and stopped {where}"
+                f"with {_class_text(wanted)} next, before the end of its loop: {ranks_word(issuers)} issued it there, "
+                f"{ranks_word(idle)} stayed behind")
 
     def _sibling_reached(self, view: GroupView, seq: int, held: set[int]) -> bool | None:
         """Whether the other groups with this desc and size issued `seq` (every member of each),
