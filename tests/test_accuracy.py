@@ -61,8 +61,9 @@ def test_without_a_rule_its_fault_is_not_found(monkeypatch, rule, fault):
     """The test above can fail: with one rule switched off, its fault kind goes undecided or wrong."""
     if rule == "_idle_culprits":
         monkeypatch.setattr(waitgraph.WaitGraph, rule, lambda self, key, idle, evidence, undecided: [(r, key) for r in idle])
-    else:
+    else:  # and the rule that clears the ranks following their step, which reads own history too
         monkeypatch.setattr(waitgraph.WaitGraph, rule, lambda self, cycle_ranks: ({}, []))
+        monkeypatch.setattr(waitgraph.WaitGraph, "_left_by_history", lambda self, cycle_ranks: None)
     outcomes = Counter(accuracy.run_job(20261121 + i, fault)[0] for i in range(40))
     assert outcomes["right"] == 0 and outcomes["wrong"] + outcomes["inconclusive"] == 40, outcomes
 
@@ -93,7 +94,9 @@ def test_without_lining_up_wrapped_torchcomms_dumps_innocent_ranks_are_blamed(mo
 
 def test_without_the_step_rule_a_pipeline_stage_that_left_out_a_receive_is_not_found(monkeypatch):
     """The pipeline_drop count above can fail: a stage receives once per microbatch, so the recv it
-    left out is not missing between two of its steps' all_reduces; only the whole step shows it."""
+    left out is not missing between two of its steps' all_reduces; only the whole step shows it
+    (here without the rule that clears the other ranks of the deadlock, which finds many too)."""
+    monkeypatch.setattr(waitgraph.WaitGraph, "_left_by_history", lambda self, cycle_ranks: None)
     seeds = [20261124 + i for i in range(60)]
     right = sum(accuracy.run_job(seed, "pipeline_drop")[0] == "right" for seed in seeds)
     monkeypatch.setattr(waitgraph, "_step_left_out", lambda buffer, upto, wanted: None)
@@ -121,3 +124,15 @@ def test_without_own_history_in_a_tie_a_rank_left_behind_is_not_named(monkeypatc
     monkeypatch.setattr(waitgraph.WaitGraph, "_stayed_behind", lambda self, key, issuers, idle: None)
     right_without = sum(accuracy.run_job(seed, fault)[0] == "right" for seed in seeds for fault in kinds)
     assert right_without <= right - 5, (right, right_without)
+
+
+def test_without_clearing_the_ranks_that_keep_their_step_a_pipeline_deadlock_is_undecided(monkeypatch):
+    """A stage that left out a receive, with a buffer too short to show its own step: every other
+    rank of the deadlock follows the step its buffer repeats, so it is the one that left its
+    program. Without that rule most such jobs are undecided."""
+    seeds = [20261124 + i for i in range(100)]
+    right = sum(accuracy.run_job(seed, "pipeline_drop")[0] == "right" for seed in seeds)
+    monkeypatch.setattr(waitgraph.WaitGraph, "_left_by_history", lambda self, cycle_ranks: None)
+    right_without = sum(accuracy.run_job(seed, "pipeline_drop")[0] == "right" for seed in seeds)
+    assert right_without <= right - 8, (right, right_without)
+

@@ -542,6 +542,13 @@ class WaitGraph:
                     evidence.append(f"program order: ranks outside the cycle issued {self.blocker_of_op[key].describe()} "
                                     f"before {self.blockers[rank].describe()}, which rank {rank} is blocked in")
             return sorted({**by_order, **by_history}.items())
+        left = self._left_by_history(cycle_ranks)
+        if left is not None:
+            rank, key, cleared = left
+            evidence.append(f"own history: {ranks_word(cleared)} {by_number(cleared, 'follows', 'follow')} the step "
+                            f"{by_number(cleared, 'its', 'their')} buffer repeats up to the op {by_number(cleared, 'it is', 'they are')} "
+                            f"blocked in; of the deadlock's ranks only rank {rank} does not show it, so it left its program")
+            return [(rank, key)]
         if strong_only:
             undecided.append(f"{self._cycle_text(ops)}: a deadlock of its own, and neither their own histories nor "
                              "any other rank shows which order is right")
@@ -742,6 +749,25 @@ class WaitGraph:
                         held.add(waiter)
                         todo.append(waiter)
         return held
+
+    def _left_by_history(self, cycle_ranks: set[int]) -> tuple[int, tuple, list[int]] | None:
+        """A deadlock needs a rank that left its program. Where every rank of the cycle but one
+        follows, up to the op it is blocked in, the step its own buffer repeats (_on_step), that one
+        left it: (it, the op awaiting it, the others). None where two or more show nothing (or
+        none: every rank where its program has it, a deadlock of the program itself)."""
+        unshown = []
+        for rank in sorted(cycle_ranks):
+            blocker = self.blockers.get(rank)
+            if blocker is None or rank not in self.dumps or _on_step(self._buffer(rank), blocker.entry.index) is None:
+                unshown.append(rank)
+        if len(unshown) != 1:
+            return None
+        rank = unshown[0]
+        awaiting = [k for k in self._awaited_by(rank) if any(r in cycle_ranks for r in self.waiters[k])]
+        if not awaiting:
+            return None
+        first = self._first_in_program(awaiting, cycle_ranks) if len(awaiting) > 1 else None
+        return rank, first or awaiting[0], sorted(cycle_ranks - {rank})
 
     def _deviators_by_history(self, cycle_ranks: set[int]) -> tuple[dict[int, tuple], list[str]]:
         """Cycle ranks whose latest op breaks the order their own buffer repeats.
