@@ -136,3 +136,14 @@ def test_without_clearing_the_ranks_that_keep_their_step_a_pipeline_deadlock_is_
     right_without = sum(accuracy.run_job(seed, "pipeline_drop")[0] == "right" for seed in seeds)
     assert right_without <= right - 8, (right, right_without)
 
+
+def test_a_lone_witness_that_never_reached_an_op_does_not_order_it(monkeypatch):
+    """Found by `accuracy.py --seed 5` (job 5007096, two faults in 8 ranks): rank 5 left out its dp
+    reduce_scatter, unseen (its dp peer waits in tp for rank 3, the culprit), and was the only rank
+    outside a deadlock to show the world all_reduce; taken as a witness that the world's op comes
+    before dp's, it got the innocent ranks 4 and 6 named."""
+    outcome, job, analysis = accuracy.run_job(5007096, "two_faults")
+    assert outcome != "wrong" and not {4, 6} & set(analysis.culprit_ranks), analysis.headline
+    monkeypatch.setattr(waitgraph.WaitGraph, "_order_votes", lambda self, a, b, cycle_ranks: sum(
+        self._votes(a, b, [r for r in self.dumps if r not in cycle_ranks])))
+    assert accuracy.run_job(5007096, "two_faults")[0] == "wrong"

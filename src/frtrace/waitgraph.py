@@ -842,8 +842,14 @@ class WaitGraph:
         return firsts[0] if len(firsts) == 1 else None
 
     def _order_votes(self, a: tuple, b: tuple, cycle_ranks: set[int]) -> int:
-        """How many more ranks outside `cycle_ranks` show collective `a` before `b` than after it."""
-        return sum(self._votes(a, b, (r for r in self.dumps if r not in cycle_ranks)))
+        """How many more ranks outside `cycle_ranks` show collective `a` before `b` than after it.
+        A lone witness that issued one op and never reached the other is none: it may have left
+        the other out (a second fault)."""
+        voters = [r for r in self.dumps if r not in cycle_ranks]
+        votes = self._votes(a, b, voters)
+        if len(votes) == 1 and not self._votes(a, b, voters, issued_both=True):
+            return 0
+        return sum(votes)
 
     def _votes(self, a: tuple, b: tuple, voters, issued_both: bool = False) -> list[int]:
         """Each voter's word on whether collective `a` comes before `b`: 1, -1 (after) or none.
