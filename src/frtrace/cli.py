@@ -14,20 +14,15 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .archive import is_archive, unpacked
+from .api import default_jobs, discovered, load_set, read_set
 from .builder import build_database, write_database
-from .discover import Discovery, find_dump_files
 from .anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
-from .groups import GroupTable, resolve_groups
-from .loader import load_dumps
-from .types import LoadResult
 from .matcher import analyze, format_ranks
 from .output import Outputs, plan_outputs, resolved
 from .report import render_entries, render_text, report_dict
@@ -117,13 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _default_jobs() -> int:
-    try:
-        return len(os.sched_getaffinity(0))  # the CPUs this process may use, not the machine's
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Options:
     """Options from argv; UsageError for arguments that cannot work together or would be ignored."""
     parser = build_parser()
@@ -177,7 +165,7 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         ft_group_world_size=args.group_world_size if args.transform_ft else None,
         strict=args.strict,
         progress=stderr_is_tty,
-        jobs=args.jobs or _default_jobs(),
+        jobs=args.jobs or default_jobs(),
         chrome_trace=args.chrome_trace,
         trace_ranks=None if args.trace_ranks == "all" else args.trace_ranks,
         trace_every_rank=args.trace_ranks == "all",
@@ -232,53 +220,6 @@ def _check_selection(options: Options, dumps: dict, table) -> None:
             names = ", ".join(sorted(printable(n) for n in known if n))[:200]
             raise UsageError(f"--pg-filters {printable(' '.join(options.pg_filters))}: no group has that name or desc "
                              f"(groups: {names})")
-
-
-@contextmanager
-def discovered(trace_dir: str, prefix: str | None) -> Iterator[Discovery]:
-    """The dump files of a folder or an archive, for as long as the block reads them (an archive's
-    members are copied out for it, and removed after)."""
-    if is_archive(trace_dir):
-        with unpacked(trace_dir, prefix) as discovery:
-            yield discovery
-    else:
-        yield find_dump_files(trace_dir, prefix)
-
-
-def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
-             ft_group_world_size: int | None = None) -> tuple[LoadResult, GroupTable]:
-    """One dump set read and its groups resolved; skipped files are said on `err`."""
-    with discovered(trace_dir, prefix) as discovery:
-        return load_set(discovery, trace_dir, prefix, err, jobs=jobs, progress=progress,
-                        ft_group_world_size=ft_group_world_size)
-
-
-def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
-             ft_group_world_size: int | None = None) -> tuple[LoadResult, GroupTable]:
-    """The dumps discovered read and their groups resolved; skipped files are said on `err`."""
-    if not discovery.files:
-        hint = f" starting with {printable(prefix)!r}" if prefix else ""
-        seen = (f" ({len(discovery.ignored)} file(s) ignored, e.g. {discovery.ignored[0].path}: {discovery.ignored[0].reason})"
-                if discovery.ignored else "")
-        raise UsageError(f"{display_path(trace_dir)}: no dump files{hint}: no file is named <prefix><rank> "
-                         f"and starts like a pickle or JSON dump{seen}; check the directory and --prefix "
-                         "(dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)")
-    loaded = load_dumps(discovery, progress=progress and len(discovery.files) > 8, workers=jobs,
-                        bound_by_configs=ft_group_world_size is None)
-    for item in loaded.skipped:
-        print(f"frtrace: skipped {item.path}: {item.reason}", file=err)
-    if not loaded.dumps:
-        raise UsageError(f"{display_path(trace_dir)}: none of the {len(loaded.ranks_named)} dump file(s) could be read; "
-                         "see the messages above")
-    if ft_group_world_size is None:
-        ft_group_world_size = loaded.replica_size
-        if ft_group_world_size is not None:
-            loaded = replace(loaded, notes=(
-                f"torchft replica groups: every rank's default group lists the replica-local ranks 0-{ft_group_world_size - 1}, "
-                f"and ranks beyond {ft_group_world_size - 1} fill other replicas; each replica's ranks are mapped to global "
-                f"ranks (replica = rank // {ft_group_world_size}); give --transform-ft --group-world-size N where "
-                "the replica size differs", *loaded.notes))
-    return loaded, resolve_groups(loaded.dumps, loaded.ranks_named, ft_group_world_size)
 
 
 def run(options: Options, out: TextIO, err: TextIO) -> int:
@@ -524,7 +465,7 @@ def parse_compare(argv: Sequence[str]) -> CompareOptions:
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     return CompareOptions(args.earlier, args.later, args.prefix, args.timing, args.head, args.json_path,
-                          args.jobs or _default_jobs())
+                          args.jobs or default_jobs())
 
 
 def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
@@ -594,7 +535,7 @@ def parse_replay(argv: Sequence[str]) -> ReplayOptions:
                        help="every rank runs a healthy rank's program on its own groups: the culprit's deviation is gone")
     parser.add_argument("--jobs", type=int, default=None, metavar="N", help="read dump files in N processes")
     args = parser.parse_args(argv)
-    return ReplayOptions(args.trace_dir, args.out_dir, args.mode or "as-recorded", args.prefix, args.jobs or _default_jobs())
+    return ReplayOptions(args.trace_dir, args.out_dir, args.mode or "as-recorded", args.prefix, args.jobs or default_jobs())
 
 
 def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
