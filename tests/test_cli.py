@@ -12,7 +12,7 @@ import pytest
 from pathlib import Path
 
 from conftest import FIXTURES, generated_job, entry, make_dump, ops, write_dumps
-from frtrace import cli
+from frtrace import api, cli
 from frtrace.cli import main
 
 HEALTHY = str(FIXTURES / "healthy")
@@ -105,7 +105,7 @@ def test_a_failure_while_writing_leaves_the_old_file(tmp_path, monkeypatch, caps
         handle.write(b"partial")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli, "write_database", broken)
+    monkeypatch.setattr(api, "write_database", broken)
     assert main(["-d", SKIP, "-o", str(db_path)]) == 2
     assert db_path.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["db.pkl"]
     assert "No space left on device" in capsys.readouterr().err
@@ -157,7 +157,7 @@ def test_ctrl_c_exits_130_and_writes_nothing(tmp_path, monkeypatch, capsys):
     def interrupted(*args, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "analyze", interrupted)
+    monkeypatch.setattr(api, "analyze", interrupted)
     assert main(["-d", SKIP, "-o", str(tmp_path / "db.pkl")]) == 130
     assert os.listdir(tmp_path) == [] and "interrupted" in capsys.readouterr().err
 

@@ -61,8 +61,8 @@ def test_each_archive_mutation_makes_a_readable_or_damaged_archive(tmp_path, kin
 
 @pytest.mark.process
 def test_the_fuzzer_notices_a_crash_signal(tmp_path, monkeypatch):
-    from frtrace import cli
+    from frtrace import api
 
-    monkeypatch.setattr(cli, "analyze", lambda *a, **k: os.kill(os.getpid(), 11))
+    monkeypatch.setattr(api, "analyze", lambda *a, **k: os.kill(os.getpid(), 11))
     with pytest.raises(AssertionError, match="killed by signal SIGSEGV"):
         fuzz_dumps.fuzz(3, seed=1, work=tmp_path, report=None)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, generated_job, make_dump, ops, peak_of_run, write_dumps
-from frtrace import cli
+from frtrace import api, cli
 from frtrace.cli import main
 
 HEALTHY = FIXTURES / "healthy"
@@ -395,7 +395,7 @@ def test_an_internal_error_exits_3_with_one_line_and_a_traceback_file(monkeypatc
     def broken(*args, **kw):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(cli, "analyze", broken)
+    monkeypatch.setattr(api, "analyze", broken)
     assert main(["-d", str(SKIP)]) == 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "internal error: ZeroDivisionError: a bug; please report this" in err
@@ -490,7 +490,7 @@ def test_an_interrupt_between_two_outputs_replaces_neither_and_says_so(tmp_path,
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "write_chrome_trace", interrupted)
+    monkeypatch.setattr(api, "write_chrome_trace", interrupted)
     assert main(["-d", str(SKIP), "-o", str(db), "--chrome-trace", str(trace)]) == 130
     assert db.read_bytes() == b"old db" and trace.read_text() == "old trace"
     assert capsys.readouterr().err.strip() == "frtrace: interrupted by SIGINT; no output file was written or changed"

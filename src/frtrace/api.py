@@ -1,19 +1,32 @@
-"""A dump set as a whole: found in a folder or an archive, read, and its groups resolved."""
+"""The Python API: a dump set found in a folder or an archive, read, its groups resolved and
+analysed (analyze_dumps), and each output written from the Result, whole or not at all. Nothing
+here prints or exits; the command line (cli.py) is a layer over it."""
 
 from __future__ import annotations
 
+import gc
+import gzip
+import io
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TextIO
+from typing import Any, TextIO
 
+from .anchor import anchor_relative_seqs
 from .archive import is_archive, unpacked
+from .builder import build_database, write_database
 from .discover import Discovery, find_dump_files
 from .errors import UsageError, display_path, printable
 from .groups import GroupTable, resolve_groups
 from .loader import load_dumps
-from .types import LoadResult
+from .matcher import analyze
+from .output import Outputs, plan_outputs
+from .report import render_text, report_dict
+from .timeline import write_chrome_trace
+from .database import Database
+from .types import Analysis, LoadResult
 
 
 def default_jobs() -> int:
@@ -68,3 +81,142 @@ def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: Text
                 f"ranks (replica = rank // {ft_group_world_size}); give --transform-ft --group-world-size N where "
                 "the replica size differs", *loaded.notes))
     return loaded, resolve_groups(loaded.dumps, loaded.ranks_named, ft_group_world_size)
+
+
+class Result:
+    """One dump set analysed: the verdict and what decided it, and each output on demand.
+
+    `verdict` is "clean", "desync", "stuck" or "inconclusive"; `culprit_ranks` the ranks named;
+    `headline` the report's first line; `evidence` what decided the verdict, a sentence each;
+    `findings` the findings (root causes marked); `notes` what the reader should know of the
+    set (torchft replicas mapped, ...); `skipped` the files that could not be used, with why.
+    """
+
+    def __init__(self, loaded: LoadResult, table: GroupTable, analysis: Analysis, trace_dir: str,
+                 inputs: frozenset[tuple[int, int]]) -> None:
+        self.loaded = loaded
+        self.table = table
+        self.analysis = analysis
+        self.trace_dir = trace_dir
+        self.inputs = inputs  # (device, inode) of every file read: never written over
+        self._database: Database | None = None
+
+    verdict = property(lambda self: self.analysis.verdict)
+    culprit_ranks = property(lambda self: self.analysis.culprit_ranks)
+    headline = property(lambda self: self.analysis.headline)
+    evidence = property(lambda self: self.analysis.evidence)
+    findings = property(lambda self: self.analysis.findings)
+    notes = property(lambda self: self.loaded.notes)
+    skipped = property(lambda self: self.loaded.skipped)
+
+    def __repr__(self) -> str:
+        return f"<frtrace.Result {self.verdict} culprits={list(self.culprit_ranks)} ranks={len(self.loaded.dumps)}>"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON report (docs: the JSON schema), as plain data."""
+        loaded = self.loaded
+        return report_dict(self.analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps, loaded.unread)
+
+    def text(self, *, verbose: bool = False, print_stack_trace: bool = False, mismatch_cap: int = 10) -> str:
+        """The text report the command prints."""
+        out = io.StringIO()
+        render_text(self.analysis, self.loaded.dumps, self.loaded.skipped, out, mismatch_cap=mismatch_cap,
+                    print_stack_trace=print_stack_trace, verbose=verbose, sources=self.loaded.sources, unread=self.loaded.unread)
+        return out.getvalue()
+
+    def database(self) -> Database:
+        """The flattened database (built once)."""
+        if self._database is None:
+            self._database = build_database(self.analysis, self.loaded.dumps, self.table)
+        return self._database
+
+    def write_json(self, path: str) -> None:
+        self._write("--json", path)
+
+    def write_database(self, path: str) -> None:
+        """The pickle of (types, db) that `frtrace -o` writes."""
+        self._write("-o", path)
+
+    def write_sqlite(self, path: str) -> None:
+        self._write("--sqlite", path)
+
+    def write_html(self, path: str) -> None:
+        self._write("--html", path)
+
+    def write_chrome_trace(self, path: str, *, ranks: int | None = None, last: int | None = None) -> None:
+        """The timeline (gzipped where `path` ends in .gz): `ranks` other ranks beside the culprits
+        and their peers (None: every rank), each rank's `last` entries (None: all)."""
+        self._write("--chrome-trace", path, trace_ranks=ranks, trace_last=last)
+
+    def _write(self, flag: str, path: str, **trace) -> None:
+        """One output, written whole or not at all, never over a file the set was read from."""
+        with Outputs(plan_outputs([requested_output(flag, path)], self.trace_dir, self.inputs)) as outputs:
+            stage_output(outputs, flag, self, **trace)
+            outputs.commit()
+
+
+_OUTPUTS = {"-o": ("database", True), "--sqlite": ("SQLite database", True), "--chrome-trace": ("Chrome trace", False),
+            "--html": ("HTML report", False), "--json": ("JSON report", False)}
+
+
+def requested_output(flag: str, path: str) -> tuple[str, str, str, bool]:
+    """(flag, path, what, binary), as plan_outputs takes it."""
+    what, binary = _OUTPUTS[flag]
+    return flag, path, what, binary or (flag == "--chrome-trace" and path.endswith(".gz"))
+
+
+def stage_output(outputs: Outputs, flag: str, result: Result, trace_ranks: int | None = None,
+                 trace_last: int | None = None) -> None:
+    """Write one output of `result` into its staged file (Outputs.stage)."""
+    dumps, table, analysis = result.loaded.dumps, result.table, result.analysis
+    if flag == "-o":
+        outputs.stage("-o", lambda f: write_database(result.database(), f))
+    elif flag == "--sqlite":
+        from .sqlite_out import write_sqlite  # the optional outputs' modules: imported when asked for
+
+        with outputs.stage_path("--sqlite") as (temp, opened):
+            write_sqlite(result.database(), dumps, table, temp, opened)
+    elif flag == "--chrome-trace":
+        path = outputs.plans[flag].path
+        outputs.stage(flag, lambda f: _write_trace(f, path, analysis, dumps, table, trace_ranks, trace_last))
+    elif flag == "--html":
+        from .html import write_html
+
+        outputs.stage("--html", lambda f: write_html(analysis, dumps, table, f))
+    elif flag == "--json":
+        payload = result.as_dict()
+        outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+
+
+def _write_trace(handle, path: str, analysis, dumps, table, limit: int | None, last: int | None) -> None:
+    if path.endswith(".gz"):  # Perfetto UI reads gzipped traces
+        with gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as packed, io.TextIOWrapper(packed, encoding="utf-8") as text:
+            write_chrome_trace(analysis, dumps, table, text, limit, last)
+    else:
+        write_chrome_trace(analysis, dumps, table, handle, limit, last)
+
+
+def analyzed(loaded: LoadResult, table: GroupTable, trace_dir: str, inputs: frozenset[tuple[int, int]]) -> Result:
+    """The set's collectives aligned and its verdict reached."""
+    anchoring = anchor_relative_seqs(loaded.dumps, table)
+    return Result(loaded, table, analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring), trace_dir, inputs)
+
+
+def analyze_dumps(path: str | os.PathLike, *, prefix: str | None = None, jobs: int | None = None,
+                  group_world_size: int | None = None) -> Result:
+    """Read the Flight Recorder dumps in a folder (or a .tar, .tar.gz or .zip of them) and find
+    who desynced. `prefix`: the file name before the rank (inferred where None); `jobs`: reading
+    processes (None: the CPUs this process may use); `group_world_size`: torchft's replica size
+    where the dumps do not show it. Files that cannot be used are in `Result.skipped`; where none
+    can, or the options cannot work, a FrtraceError says why. Nothing is printed."""
+    trace_dir = os.fspath(path)
+    collecting = gc.isenabled()
+    gc.disable()  # millions of small tuples with no cycles: the collector would only rescan them
+    try:
+        with discovered(trace_dir, prefix) as discovery:
+            loaded, table = load_set(discovery, trace_dir, prefix, io.StringIO(), jobs=jobs or default_jobs(),
+                                     ft_group_world_size=group_world_size)
+        return analyzed(loaded, table, trace_dir, discovery.identities)
+    finally:
+        if collecting:
+            gc.enable()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import gzip
-import io
 import json
 import os
 import shutil
@@ -19,14 +17,13 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .api import default_jobs, discovered, load_set, read_set
-from .builder import build_database, write_database
+from .api import analyzed, default_jobs, discovered, load_set, read_set, requested_output, stage_output
 from .anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .matcher import analyze, format_ranks
 from .output import Outputs, plan_outputs, resolved
-from .report import render_entries, render_text, report_dict
-from .timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks, write_chrome_trace
+from .report import render_entries
+from .timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -193,20 +190,10 @@ def _trace_limit(options: Options, dumps: dict) -> int | None:
     return options.trace_ranks
 
 
-def _write_trace(handle, analysis, dumps, table, options: Options, limit: int | None) -> None:
-    if options.chrome_trace.endswith(".gz"):  # Perfetto UI reads gzipped traces
-        with gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as packed, io.TextIOWrapper(packed, encoding="utf-8") as text:
-            write_chrome_trace(analysis, dumps, table, text, limit, options.trace_last)
-    else:
-        write_chrome_trace(analysis, dumps, table, handle, limit, options.trace_last)
-
-
 def _requested_outputs(options: Options) -> list[tuple[str, str, str, bool]]:
-    return [(flag, path, what, binary) for flag, path, what, binary in (
-        ("-o", options.output, "database", True), ("--sqlite", options.sqlite, "SQLite database", True),
-        ("--chrome-trace", options.chrome_trace, "Chrome trace", bool(options.chrome_trace and options.chrome_trace.endswith(".gz"))),
-        ("--html", options.html, "HTML report", False), ("--json", options.json_path, "JSON report", False),
-    ) if path]
+    return [requested_output(flag, path) for flag, path in (
+        ("-o", options.output), ("--sqlite", options.sqlite), ("--chrome-trace", options.chrome_trace),
+        ("--html", options.html), ("--json", options.json_path)) if path]
 
 
 def _check_selection(options: Options, dumps: dict, table) -> None:
@@ -234,30 +221,14 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                                              pg_filters=options.pg_filters))
         return EXIT_CLEAN
 
-    anchoring = anchor_relative_seqs(loaded.dumps, table)
-    analysis = analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring)
+    result = analyzed(loaded, table, options.trace_dir, discovery.identities)
+    analysis = result.analysis
     status = EXIT_CLEAN if analysis.verdict == "clean" else EXIT_FOUND
     trace_ranks = _trace_limit(options, loaded.dumps) if options.chrome_trace else None
     with Outputs(plans) as outputs:
         try:
-            if options.output or options.sqlite:
-                db = build_database(analysis, loaded.dumps, table)
-                if options.output:
-                    outputs.stage("-o", lambda f: write_database(db, f))
-                if options.sqlite:
-                    from .sqlite_out import write_sqlite  # the optional outputs' modules: imported when asked for
-
-                    with outputs.stage_path("--sqlite") as (temp, opened):
-                        write_sqlite(db, loaded.dumps, table, temp, opened)
-            if options.chrome_trace:
-                outputs.stage("--chrome-trace", lambda f: _write_trace(f, analysis, loaded.dumps, table, options, trace_ranks))
-            if options.html:
-                from .html import write_html
-
-                outputs.stage("--html", lambda f: write_html(analysis, loaded.dumps, table, f))
-            if options.json_path:
-                payload = report_dict(analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps, loaded.unread)
-                outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+            for plan in plans:
+                stage_output(outputs, plan.flag, result, trace_ranks, options.trace_last)
         except OutputError as exc:  # while staging: nothing was replaced yet
             raise OutputError(f"{exc}{outputs.written_note()}") from None
         except KeyboardInterrupt as exc:
@@ -272,9 +243,8 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
               f"{DEFAULT_TRACE_RANKS} others); '--trace-ranks all' writes every rank", file=err)
     if options.json_path != "-":
         def report() -> None:
-            render_text(analysis, loaded.dumps, loaded.skipped, out, mismatch_cap=options.mismatch_cap,
-                        print_stack_trace=options.print_stack_trace, verbose=options.verbose, sources=loaded.sources,
-                        unread=loaded.unread)
+            out.write(result.text(verbose=options.verbose, print_stack_trace=options.print_stack_trace,
+                                  mismatch_cap=options.mismatch_cap))
             if options.stats:
                 from .stats import compute_stats, render_stats
 
