@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import jobgen  # noqa: E402
-from frtrace.anchor import anchor_relative_seqs  # noqa: E402
-from frtrace.groups import resolve_groups  # noqa: E402
+from frtrace.reading.anchor import anchor_relative_seqs  # noqa: E402
+from frtrace.reading.groups import resolve_groups  # noqa: E402
 from frtrace.loader import normalize  # noqa: E402
 from frtrace.matcher import analyze  # noqa: E402
 

@@ -9,7 +9,8 @@ import pytest
 
 import accuracy
 import jobgen
-from frtrace import anchor, waitgraph
+from frtrace.reading import anchor
+from frtrace.analysis import waitgraph
 
 JOBS = 1100  # 100 per fault kind, about 4 s
 
@@ -44,7 +45,7 @@ def test_without_op_states_as_evidence_stuck_ranks_are_not_found(monkeypatch):
     """The test above can fail: without the rule that ops stuck below PyTorch explain the waits,
     a GPU hang is a desync of innocent ranks, or undecided, and a stuck group often a desync (its
     members stayed behind, which own history or a majority shows, but not why)."""
-    from frtrace import verdict
+    from frtrace.analysis import verdict
 
     monkeypatch.setattr(verdict, "_stuck_below", lambda graph_culprits, stuck: [])
     outcomes = Counter(accuracy.run_job(20261121 + i, "gpu_hang")[0] for i in range(40))

@@ -114,7 +114,7 @@ def test_a_failure_while_writing_leaves_the_old_file(tmp_path, monkeypatch, caps
 def test_sqlite_is_written_beside_its_target_and_never_in_place(tmp_path, monkeypatch, capsys):
     target = tmp_path / "hang.db"
     target.write_bytes(b"old")
-    from frtrace import sqlite_out
+    from frtrace.outputs import sqlite as sqlite_out
     real = sqlite_out.write_sqlite
     seen = []
 
@@ -132,7 +132,7 @@ def test_sqlite_is_written_beside_its_target_and_never_in_place(tmp_path, monkey
 
 @pytest.mark.parametrize("failure", ["raised after writing", "disk full"])
 def test_a_failure_while_writing_sqlite_leaves_the_old_file(tmp_path, monkeypatch, capsys, failure):
-    from frtrace import sqlite_out
+    from frtrace.outputs import sqlite as sqlite_out
     target = tmp_path / "hang.db"
     target.write_bytes(b"old")
     real = sqlite_out.write_sqlite
@@ -244,7 +244,7 @@ def test_torchft_replica_groups_are_recognised_without_the_option(tmp_path, caps
 
 
 def test_a_stray_higher_rank_is_not_a_torchft_replica():
-    from frtrace.groups import replica_size
+    from frtrace.reading.groups import replica_size
     from frtrace.loader import normalize
 
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}}
@@ -313,7 +313,7 @@ def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path):
 
 
 def test_progress_bar_counts_files_on_stderr(tmp_path, capsys):
-    from frtrace.discover import find_dump_files
+    from frtrace.reading.discover import find_dump_files
     from frtrace.loader import load_dumps
 
     write_dumps(tmp_path, {r: make_dump(ops(2)) for r in range(6)})

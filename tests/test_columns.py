@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import entry, examples, make_dump, ops, scenario_dirs, write_dumps
-from frtrace import runs
-from frtrace.align import GroupView, Track
+from frtrace.reading import runs
+from frtrace.analysis.align import GroupView, Track
 from frtrace.builder import build_database
-from frtrace.discover import find_dump_files
-from frtrace.groups import resolve_groups
+from frtrace.reading.discover import find_dump_files
+from frtrace.reading.groups import resolve_groups
 from frtrace.loader import load_dumps, normalize, read_dump
 from frtrace.matcher import analyze
-from frtrace.stats import compute_stats
+from frtrace.outputs.stats import compute_stats
 from frtrace.types import EntryColumns
 from test_properties import dump_sets
 
@@ -101,7 +101,7 @@ def test_every_shape_of_dump_gives_the_same_answer_both_ways(shape, fault, tmp_p
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_every_shape_of_dump_reads_the_same_by_the_fast_and_careful_paths(shape, tmp_path, monkeypatch):
-    from frtrace import fastpath
+    from frtrace.reading import fastpath
 
     _generated(tmp_path, ranks=8, entries=60, tp=4, pp=2, wrap=True, shape=SHAPES[shape])
     taken = []

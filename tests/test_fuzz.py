@@ -43,7 +43,7 @@ def test_the_fuzzer_notices_an_internal_error(tmp_path, monkeypatch):
 
 @pytest.mark.process
 def test_the_fuzzer_notices_a_temporary_file_left_behind(tmp_path, monkeypatch):
-    from frtrace import archive
+    from frtrace.reading import archive
 
     monkeypatch.setattr(archive.shutil, "rmtree", lambda *a, **k: None)  # the unpacked copies never removed
     with pytest.raises(AssertionError, match="left behind in the temporary folder: frtrace-archive-"):

@@ -504,7 +504,7 @@ def test_outputs_are_staged_unnamed_and_named_after_their_targets_only_to_be_ren
     anything behind; at the commit each is named `.db.pkl.<random>.tmp` beside `db.pkl` and renamed
     over it; a stream's is staged in the system's temporary folder, never the working directory
     (which may be the dump folder)."""
-    from frtrace import output
+    from frtrace.outputs import commit as output
 
     if not tmpfile:
         monkeypatch.delattr(output.os, "O_TMPFILE")
@@ -530,7 +530,7 @@ def test_outputs_are_staged_unnamed_and_named_after_their_targets_only_to_be_ren
 
 @pytest.mark.parametrize("failing", [2, 3])
 def test_an_interrupt_while_committing_names_what_was_replaced(tmp_path, monkeypatch, capsys, failing):
-    from frtrace import output
+    from frtrace.outputs import commit as output
 
     real_replace = os.replace
     calls = []
@@ -601,7 +601,7 @@ def test_jobs_default_to_the_cpus_this_process_may_use():
 
 
 def test_workers_are_started_by_fork_asked_for_by_name(monkeypatch):
-    from frtrace import workers
+    from frtrace.reading import workers
 
     monkeypatch.setattr("multiprocessing.get_start_method", lambda *a, **k: "forkserver")  # as on 3.14
     assert workers._context().get_start_method() == "fork"

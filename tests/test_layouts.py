@@ -146,7 +146,7 @@ def test_links_escapes_and_oversize_members_are_never_read(tmp_path):
 
 
 def test_a_member_bigger_than_a_dump_is_not_read(tmp_path, monkeypatch):
-    from frtrace import archive as archive_module
+    from frtrace.reading import archive as archive_module
     monkeypatch.setattr(archive_module, "MAX_DUMP_BYTES", 100_000)  # a 2 GiB member would say the same
     members = _skip_members()
     members["dumps/node-1/nccl_trace_rank_3"] = b"\x80\x02" + bytes(200_000)

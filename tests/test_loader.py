@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, entry, make_dump, ops, write_dumps
-from frtrace.discover import find_dump_files
+from frtrace.reading.discover import find_dump_files
 from frtrace.errors import DumpError, UsageError
 from frtrace.loader import load_dumps, normalize, read_dump, read_raw
-from frtrace.safe_read import parse_raw, short_reason
+from frtrace.reading.safe_read import parse_raw, short_reason
 from frtrace.types import Frame
 
 
@@ -241,7 +241,7 @@ def test_a_dump_says_which_format_it_was_read_as(tmp_path):
 
 
 def test_a_dump_at_the_size_cap_is_read_and_one_byte_more_is_not(tmp_path, monkeypatch):
-    from frtrace import safe_read
+    from frtrace.reading import safe_read
 
     text = json.dumps(make_dump(ops(2))).encode()
     monkeypatch.setattr(safe_read, "MAX_DUMP_BYTES", len(text))
@@ -290,7 +290,7 @@ class _CountedReads:
 def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
     """The size said by fstat may be stale (the file grows while read): the read itself stops
     one byte past the cap, so a file growing without end costs no more than that."""
-    from frtrace import safe_read
+    from frtrace.reading import safe_read
 
     cap = 3 << 20
     grown = tmp_path / "grown.json"
@@ -312,7 +312,7 @@ def test_a_file_growing_past_the_cap_is_refused_without_reading_it_whole(tmp_pat
 def test_a_dump_is_read_in_one_request_of_its_own_size(tmp_path, monkeypatch):
     """Asking for the cap (a GiB) allocates, then gives back, that much for every file: a quarter
     of a millisecond a file, as much as a tenth of parsing it. One read of the size and one byte."""
-    from frtrace import safe_read
+    from frtrace.reading import safe_read
 
     path = tmp_path / "nccl_trace_rank_0"
     path.write_bytes(pickle.dumps(make_dump(ops(50))))
@@ -500,7 +500,7 @@ REAL_DUMPS = sorted(p for p in FIXTURES.glob("*/*") if p.name.startswith(("nccl_
 
 @pytest.mark.parametrize("path", REAL_DUMPS, ids=[f"{p.parent.name}/{p.name}" for p in REAL_DUMPS])
 def test_fast_and_careful_paths_read_the_same_entries(path, monkeypatch):
-    from frtrace import fastpath
+    from frtrace.reading import fastpath
 
     fast = read_dump(str(path), 0)
     monkeypatch.setattr(fastpath, "fast_columns", lambda raw_entries, rank, stacks: None)
@@ -513,7 +513,7 @@ def _fast_peak(entries) -> tuple[object, int]:
     """fast_columns over raw entries, and the most memory (bytes) it held at once."""
     import tracemalloc
 
-    from frtrace import fastpath
+    from frtrace.reading import fastpath
 
     tracemalloc.start()
     try:
@@ -553,7 +553,7 @@ def test_a_frame_shared_by_every_entry_is_marshalled_within_a_budget():
 
 def test_deep_stacks_of_their_own_take_the_fast_path():
     # 150 frames of long paths in every entry's own list (a deep model's stack): within the budget
-    from frtrace import fastpath
+    from frtrace.reading import fastpath
 
     def frames():
         return [{"name": f"forward_{i}", "filename": f"/opt/conda/lib/python3.11/site-packages/{'x' * 100}/layer_{i}.py",
@@ -566,7 +566,7 @@ def test_deep_stacks_of_their_own_take_the_fast_path():
 
 @pytest.mark.parametrize("shared", [False, True], ids=["own-lists", "shared-lists"])
 def test_stacks_are_read_by_their_frames_whether_entries_share_their_lists_or_not(shared):
-    from frtrace import fastpath
+    from frtrace.reading import fastpath
 
     def frames(line):
         return [{"name": "step", "filename": "train.py", "line": line}, {"name": "main", "filename": "run.py", "line": 7}]
@@ -586,7 +586,7 @@ def test_stacks_are_read_by_their_frames_whether_entries_share_their_lists_or_no
                                    {"name": "step", "filename": b"train.py", "line": 3}],
                          ids=["a-list", "no-line", "a-bool-line", "bytes-filename"])
 def test_a_frame_that_is_not_a_plain_dict_of_its_fields_goes_to_the_careful_path(frame):
-    from frtrace import fastpath
+    from frtrace.reading import fastpath
 
     good = {"name": "step", "filename": "train.py", "line": 3}
     entries = make_dump([entry(seq=1, frames=[good]), entry(seq=2, frames=[good, frame])])["entries"]
@@ -594,7 +594,7 @@ def test_a_frame_that_is_not_a_plain_dict_of_its_fields_goes_to_the_careful_path
 
 
 def test_entries_with_more_tensors_than_a_dump_holds_go_to_the_careful_path():
-    from frtrace import fastpath
+    from frtrace.reading import fastpath
 
     usual = make_dump(ops(100, sizes=((4,),) * 8))["entries"]
     assert fastpath.fast_columns(usual, 0, {}) is not None
@@ -610,7 +610,7 @@ def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
     (tmp_path / "nccl_trace_rank_18").write_bytes(b"\x80\x04junk")
     (tmp_path / "nccl_trace_rank_19").write_bytes(pickle.dumps({"entries": [{"bad": 1}]}))
     serial = load(tmp_path)
-    from frtrace import workers as worker_processes
+    from frtrace.reading import workers as worker_processes
 
     pools = []
     real_workers = worker_processes.in_workers
@@ -628,7 +628,7 @@ def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
 
 @pytest.mark.process
 def test_workers_take_files_as_they_answer_so_one_slow_file_holds_up_no_other(tmp_path):
-    from frtrace.workers import in_workers
+    from frtrace.reading.workers import in_workers
 
     marker = tmp_path / "job 18 done"
 
@@ -658,7 +658,7 @@ def test_a_ctrl_c_while_a_worker_starts_is_not_lost(monkeypatch):
     parent (it used to be ignored for that moment, and the run went on to write its outputs)."""
     import signal
 
-    from frtrace import workers
+    from frtrace.reading import workers
 
     process_class = workers._context().Process
     real_start = process_class.start
@@ -675,7 +675,7 @@ def test_a_ctrl_c_while_a_worker_starts_is_not_lost(monkeypatch):
 @pytest.mark.process
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_worker_that_dies_costs_only_the_file_it_was_reading(workers):
-    from frtrace.workers import in_workers
+    from frtrace.reading.workers import in_workers
 
     def load(job):
         if job[1] in (5, 6):

@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from conftest import entry, make_dump, ops
-from frtrace.groups import resolve_groups
+from frtrace.reading.groups import resolve_groups
 from frtrace.loader import normalize
 from frtrace.matcher import analyze, format_ranks
 
@@ -509,14 +509,14 @@ def test_an_irregular_history_decides_nothing_but_the_other_ranks_keeping_their_
     assert result.culprit_ranks == (1,)
     assert result.evidence == ("own history: rank 0 follows the step its buffer repeats up to the op it is blocked in; "
                                "of the deadlock's ranks only rank 1 does not show it, so it left its program",)
-    from frtrace import waitgraph
+    from frtrace.analysis import waitgraph
 
     monkeypatch.setattr(waitgraph.WaitGraph, "_left_by_history", lambda self, cycle_ranks: None)
     assert _pair_steps(6, skipper=1, also_skipped=also_skipped).verdict == "inconclusive"
 
 
 def test_entries_are_labelled_by_op_number_and_group():
-    from frtrace.align import entry_label
+    from frtrace.analysis.align import entry_label
 
     groups = {"0": ("default_pg", (0, 1)), "5": ("tp", (0, 1))}
     raw = {r: nccl([entry(seq=7), entry(pg="5", desc="tp", seq=2), p2p("send", 0, 1, 3) if r == 0 else p2p("recv", 1, 0, 3)],
@@ -660,7 +660,7 @@ def test_in_a_tie_own_histories_decide_only_inside_a_loop_they_show(program):
     ("B" + "ARRRW" * 3 + "AR", False, None),  # an op before the loop: the first ops are no step's end
 ], ids=["mid-step", "early", "loop-end", "astray", "wrapped", "prologue"])
 def test_a_rank_stopped_inside_its_loop_is_told_from_one_whose_program_may_have_ended(letters, wrapped, found):
-    from frtrace.waitgraph import _Buffer, _stopped_in_step
+    from frtrace.analysis.waitgraph import _Buffer, _stopped_in_step
 
     buffer = _Buffer([(i, letter, False) for i, letter in enumerate(letters)], wrapped)
     assert _stopped_in_step(buffer, len(letters), "R") == found
@@ -748,6 +748,6 @@ def test_a_dropped_recv_is_named_from_the_senders_side():
     ("WRCSRCAS", True, False),  # an A fewer: not the op it is awaited in
 ], ids=["same", "one-fewer", "running-one-fewer", "running-prefix", "two-fewer", "other-op"])
 def test_a_step_less_one_awaited_op_is_told_from_any_other_step(seen, complete, left_out):
-    from frtrace.waitgraph import _one_left_out
+    from frtrace.analysis.waitgraph import _one_left_out
 
     assert _one_left_out(tuple("WRCASRCAS"), tuple(seen), "R", complete=complete) is left_out

@@ -14,11 +14,11 @@ import pytest
 
 from conftest import FIXTURES, entry, make_dump, ops, write_dumps
 from frtrace.cli import main
-from frtrace.discover import find_dump_files
-from frtrace.groups import resolve_groups
+from frtrace.reading.discover import find_dump_files
+from frtrace.reading.groups import resolve_groups
 from frtrace.loader import load_dumps, normalize
 from frtrace.matcher import analyze
-from frtrace.stats import compute_stats, render_stats
+from frtrace.outputs.stats import compute_stats, render_stats
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -100,7 +100,7 @@ def test_trace_ranks_and_trace_last_cut_a_big_job(tmp_path):
     spans = [e for e in events if e["ph"] == "X" and e["cat"] != "never_issued"]
     # the culprit (1) and, the root group being the world, its smallest groups' members (tp {0,1}, dp {1,3})
     assert Counter(e["pid"] for e in spans) == {0: 2, 1: 2, 3: 2}
-    from frtrace.timeline import chosen_ranks
+    from frtrace.outputs.timeline import chosen_ranks
     dumps, table, analysis = analysed("synthetic_torchcomms_skip_rank5")
     assert chosen_ranks(analysis, dumps, table, 0) == [4, 5]  # rank 5's tp pair (its dp group has 4)
     assert chosen_ranks(analysis, dumps, table, 2) == [0, 1, 4, 5]  # and the 2 lowest others
@@ -110,7 +110,7 @@ def test_trace_ranks_and_trace_last_cut_a_big_job(tmp_path):
 
 
 def test_a_big_jobs_trace_holds_the_chosen_ranks_unless_all_are_asked_for(tmp_path, capsys):
-    from frtrace.timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO
+    from frtrace.outputs.timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO
     world = TRACE_EVERY_RANK_UP_TO + 1
     culprit = world - 3  # never issues #3: the lowest ranks are not it
     dumps = {r: make_dump([*ops(2, state="completed"), *([] if r == culprit else [entry(seq=3)])],

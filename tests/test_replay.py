@@ -126,7 +126,7 @@ def test_a_damaged_plan_is_one_line_and_exit_2(tmp_path, text, says):
 
 
 def test_a_plan_asking_for_a_huge_tensor_is_refused_before_anything_is_allocated():
-    from frtrace.replay import MAX_NUMEL, _tensor
+    from frtrace.replay.runner import MAX_NUMEL, _tensor
 
     class NoTorch:  # any allocation would fail the test
         def zeros(self, *args, **kwargs):
@@ -182,7 +182,7 @@ def test_a_timeout_that_is_no_number_of_seconds_is_refused(tmp_path, timeout):
 
 def test_without_torch_the_runner_says_how_to_get_it(tmp_path, monkeypatch, capsys):
     import importlib.util as util
-    from frtrace import replay
+    from frtrace.replay import runner as replay
 
     real = util.find_spec
     monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import scenario_dirs
 from frtrace.cli import main
-from frtrace.discover import find_dump_files
+from frtrace.reading.discover import find_dump_files
 from frtrace.loader import load_dumps
 from frtrace.types import FINDING_KINDS
 

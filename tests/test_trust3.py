@@ -21,7 +21,7 @@ import pytest
 
 from conftest import FIXTURES, entry, generated_job, make_dump, ops, peak_of_run, write_dumps
 from frtrace.cli import main
-from frtrace.discover import find_dump_files as loader_discovery
+from frtrace.reading.discover import find_dump_files as loader_discovery
 
 
 def _cpu(work, repeat: int = 3) -> float:
@@ -64,7 +64,7 @@ def test_a_world_of_many_ranks_costs_linear_time_with_every_output(tmp_path):
 
 
 def test_the_one_pass_runs_of_many_groups_equal_the_masked_runs(monkeypatch):
-    from frtrace import runs
+    from frtrace.reading import runs
     from frtrace.loader import compact
 
     raw = make_dump([entry(pg=str(1000 + g % 40), desc=f"g{g % 40}", seq=1 + g // 40, state=("scheduled", "completed")[g % 2])
@@ -150,7 +150,7 @@ def test_one_ranks_config_disagreeing_with_the_others_is_a_note_not_evidence(tmp
 
 
 def test_the_disagreement_is_said_and_a_tie_uses_neither_list():
-    from frtrace.groups import resolve_groups
+    from frtrace.reading.groups import resolve_groups
     from frtrace.loader import normalize
 
     def table(world_of, world=16):
@@ -169,7 +169,7 @@ def test_the_disagreement_is_said_and_a_tie_uses_neither_list():
 
 
 def test_groups_of_one_name_with_disjoint_members_are_two_groups():
-    from frtrace.groups import outvoted_configs
+    from frtrace.reading.groups import outvoted_configs
     from frtrace.loader import normalize
 
     def split(rank: int) -> dict:

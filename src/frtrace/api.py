@@ -14,17 +14,17 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TextIO
 
-from .anchor import anchor_relative_seqs
-from .archive import is_archive, unpacked
+from .reading.anchor import anchor_relative_seqs
+from .reading.archive import is_archive, unpacked
 from .builder import build_database, write_database
-from .discover import Discovery, find_dump_files
+from .reading.discover import Discovery, find_dump_files
 from .errors import UsageError, display_path, printable
-from .groups import GroupTable, resolve_groups
+from .reading.groups import GroupTable, resolve_groups
 from .loader import load_dumps
 from .matcher import analyze
-from .output import Outputs, plan_outputs
-from .report import render_text, report_dict
-from .timeline import write_chrome_trace
+from .outputs.commit import Outputs, plan_outputs
+from .outputs.report import render_text, report_dict
+from .outputs.timeline import write_chrome_trace
 from .database import Database
 from .types import Analysis, LoadResult
 
@@ -172,7 +172,7 @@ def stage_output(outputs: Outputs, flag: str, result: Result, trace_ranks: int |
     if flag == "-o":
         outputs.stage("-o", lambda f: write_database(result.database(), f))
     elif flag == "--sqlite":
-        from .sqlite_out import write_sqlite  # the optional outputs' modules: imported when asked for
+        from .outputs.sqlite import write_sqlite  # the optional outputs' modules: imported when asked for
 
         with outputs.stage_path("--sqlite") as (temp, opened):
             write_sqlite(result.database(), dumps, table, temp, opened)
@@ -180,7 +180,7 @@ def stage_output(outputs: Outputs, flag: str, result: Result, trace_ranks: int |
         path = outputs.plans[flag].path
         outputs.stage(flag, lambda f: _write_trace(f, path, analysis, dumps, table, trace_ranks, trace_last))
     elif flag == "--html":
-        from .html import write_html
+        from .outputs.html import write_html
 
         outputs.stage("--html", lambda f: write_html(analysis, dumps, table, f))
     elif flag == "--json":

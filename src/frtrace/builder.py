@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import IO
 
-from .collectives_table import CollectiveColumns
+from .outputs.collectives_table import CollectiveColumns
 from .database import (
     CodedColumn,
     Collective,
@@ -30,7 +30,7 @@ from .database import (
     profiling_name,
 )
 from .database import Group as GroupRow
-from .groups import GroupTable
+from .reading.groups import GroupTable
 from .types import Analysis, Dump, Group, recode
 
 

@@ -18,12 +18,12 @@ from typing import TextIO
 
 from . import __version__
 from .api import analyzed, default_jobs, discovered, load_set, read_set, requested_output, stage_output
-from .anchor import anchor_relative_seqs
+from .reading.anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .matcher import analyze, format_ranks
-from .output import Outputs, plan_outputs, resolved
-from .report import render_entries
-from .timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks
+from .outputs.commit import Outputs, plan_outputs, resolved
+from .outputs.report import render_entries
+from .outputs.timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -246,7 +246,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             out.write(result.text(verbose=options.verbose, print_stack_trace=options.print_stack_trace,
                                   mismatch_cap=options.mismatch_cap))
             if options.stats:
-                from .stats import compute_stats, render_stats
+                from .outputs.stats import compute_stats, render_stats
 
                 render_stats(compute_stats(analysis, loaded.dumps), out)
         _printed(out, report)
@@ -440,7 +440,7 @@ def parse_compare(argv: Sequence[str]) -> CompareOptions:
 
 def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
     """Compare two sets as the options say; 0 progressing, 1 stuck or partly stuck."""
-    from .progress import compare_sets, comparison_dict, not_one_job, older, op_timings, render_comparison, same_set
+    from .comparing.two_sets import compare_sets, comparison_dict, not_one_job, older, op_timings, render_comparison, same_set
 
     requested = [("--json", options.json_path, "JSON comparison", False)] if options.json_path else []
     sets, files = [], []
@@ -510,7 +510,7 @@ def parse_replay(argv: Sequence[str]) -> ReplayOptions:
 
 def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
     """Write the replay plan into a new folder; the dumps are never written to."""
-    from .replay_plan import build_plan
+    from .replay.plan import build_plan
 
     target = resolved(options.out_dir)  # through links: alias/replay with alias -> dumps is inside the dumps
     source = resolved(options.trace_dir)

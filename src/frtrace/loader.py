@@ -17,15 +17,15 @@ from itertools import islice
 from operator import methodcaller
 from typing import Any
 
-from . import fastpath
-from . import workers as worker_processes
-from .discover import Discovery, DumpFile
+from .reading import fastpath
+from .reading import workers as worker_processes
+from .reading.discover import Discovery, DumpFile
 from .errors import DumpError, InternalError, display_path, printable
-from .fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
-from .groups import outvoted_configs, replica_size
-from .limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
-from .safe_read import HugeInt, read_raw, short_reason
-from .runs import make_runs
+from .reading.fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
+from .reading.groups import outvoted_configs, replica_size
+from .reading.limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
+from .reading.safe_read import HugeInt, read_raw, short_reason
+from .reading.runs import make_runs
 from .types import (
     SEQ_PER_GROUP,
     SEQ_PROCESS,

@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from .anchor import Anchoring
-from .align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
-from .compare import Checker
+from .reading.anchor import Anchoring
+from .analysis.align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
+from .analysis.collective_check import Checker
 from .errors import display_path
-from .groups import GroupTable
+from .reading.groups import GroupTable
 from .types import Analysis, CollectiveCheck, Dump, Finding, Group
-from .verdict import conclude
-from .waitgraph import WaitGraph, blocker_of, match_p2p
+from .analysis.verdict import conclude
+from .analysis.waitgraph import WaitGraph, blocker_of, match_p2p
 
 __all__ = ["analyze", "format_ranks"]
 

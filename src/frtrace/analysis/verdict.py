@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from . import rules
+from . import size_rules as rules
 from .align import by_number, count_of, ranks_word, unit_label
-from .types import Analysis, Entry, Finding
+from ..types import Analysis, Entry, Finding
 from .waitgraph import NEVER_STARTED, WaitGraph
 
 

@@ -16,7 +16,7 @@ import stat
 from typing import Any
 
 from .discover import HEAD_BYTES, sniff
-from .errors import DumpError, printable
+from ..errors import DumpError, printable
 from .limits import MAX_DUMP_BYTES, MAX_ENTRIES, PARSE_CAP, bounded_memory, parse_is_capped
 
 

@@ -16,10 +16,10 @@ from collections import Counter
 from html import escape
 from typing import TextIO
 
-from .align import entry_label, format_ranks, tracks_completion
-from .groups import GroupTable
+from ..analysis.align import entry_label, format_ranks, tracks_completion
+from ..reading.groups import GroupTable
 from .timeline import root_entries
-from .types import Analysis, Dump, Finding
+from ..types import Analysis, Dump, Finding
 
 # cell states, in the order they win when several apply
 MISMATCHED, NEVER, IN_FLIGHT, NO_DATA, DONE, NOT_MEMBER = "mismatched", "never issued", "in flight", "no completion data", "completed", ""

@@ -14,9 +14,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import groupby
 from dataclasses import dataclass, field
 
-from . import rules, runs
-from .groups import GroupTable
-from .types import Dump, Entry, EntryColumns, Group, Kind, recode
+from . import size_rules as rules
+from ..reading import runs
+from ..reading.groups import GroupTable
+from ..types import Dump, Entry, EntryColumns, Group, Kind, recode
 
 _P2P_NAME = re.compile(r"^(send|recv)\s*(\d+)\s*(->|<-)\s*(\d+)")
 _RECV_ANY = re.compile(r"^recv\s*(\d+)\s*<-\s*\?")

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import ne
 
-from . import rules
+from . import size_rules as rules
 from .align import ANY_SOURCE, GroupView, P2POp, Track, by_number, ranks_word, unit_label, unit_state
-from .groups import GroupTable
-from .types import Dump, Entry, Finding, Group
+from ..reading.groups import GroupTable
+from ..types import Dump, Entry, Finding, Group
 
 # said by a not_completed finding whose ranks left the op scheduled where its other members started
 # it (their GPU never reached it); verdict.py reads the finding so

@@ -13,10 +13,10 @@ from contextlib import closing
 from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, islice, repeat
 
-from .builder import frames_text, group_ids
-from .groups import GroupTable
-from .database import Database, profiling_name
-from .types import Dump
+from ..builder import frames_text, group_ids
+from ..reading.groups import GroupTable
+from ..database import Database, profiling_name
+from ..types import Dump
 
 _ZERO_TO_NONE = {0: None}  # .get(v, v): None for 0 (a time not recorded), v otherwise, in C
 _NEGATIVE_TO_NONE = {-1: None}  # .get(v, v): None for -1 (no id), v otherwise

@@ -12,9 +12,9 @@ import re
 import stat
 from dataclasses import dataclass, field, replace
 
-from .errors import UsageError, display_path
+from ..errors import UsageError, display_path
 from .limits import MAX_DUMP_BYTES, MAX_RANK
-from .types import SkippedFile
+from ..types import SkippedFile
 
 HEAD_BYTES = 64
 MARKED_BYTES = 4096  # read from each dump-like file to look for a Flight Recorder key

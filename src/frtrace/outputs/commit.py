@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO
 
-from .discover import split_name
-from .errors import OutputError, UsageError, display_path
+from ..reading.discover import split_name
+from ..errors import OutputError, UsageError, display_path
 
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 

@@ -27,8 +27,8 @@ import time
 import traceback
 from pathlib import Path
 
-from .errors import printable
-from .limits import MAX_RANK
+from ..errors import printable
+from ..reading.limits import MAX_RANK
 
 _DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
            "Long": "int64", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool"}

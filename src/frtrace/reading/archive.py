@@ -25,10 +25,10 @@ from dataclasses import replace
 from typing import IO
 
 from .discover import MARKED_BYTES, Discovery, Found, archive_kind, finish, placed, sniff, split_name
-from .errors import UsageError, display_path
+from ..errors import UsageError, display_path
 from .limits import MAX_DUMP_BYTES
 from .safe_read import short_reason
-from .types import SkippedFile
+from ..types import SkippedFile
 
 MAX_INFLATED_BYTES = 16 << 30  # inflated in all, members skipped over included: all dumps of a 32k-rank job with stacks
 MAX_MEMBERS = 1 << 20

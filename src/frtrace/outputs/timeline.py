@@ -14,9 +14,9 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
-from .align import tracks_completion
-from .groups import GroupTable
-from .types import Analysis, Dump, Entry, Finding
+from ..analysis.align import tracks_completion
+from ..reading.groups import GroupTable
+from ..types import Analysis, Dump, Entry, Finding
 
 CATEGORY_DONE = "completed"
 CATEGORY_STUCK = "not_completed"  # runs to the horizon

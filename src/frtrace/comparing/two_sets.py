@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
-from .align import entry_label, format_ranks, ranks_word, tracks_completion
-from .groups import GroupTable
-from .types import Analysis, Dump
+from ..analysis.align import entry_label, format_ranks, ranks_word, tracks_completion
+from ..reading.groups import GroupTable
+from ..types import Analysis, Dump
 
 COMPARE_SCHEMA_VERSION = 1
 

@@ -12,9 +12,9 @@ from collections import Counter
 from itertools import repeat
 from operator import not_
 
-from . import rules
-from .database import MATCH_STATE_OF_FINDING, Collective, MatchInfo, MatchState, pg_desc, profiling_name
-from .types import CollectiveCheck, Dump, Group
+from ..analysis import size_rules as rules
+from ..database import MATCH_STATE_OF_FINDING, Collective, MatchInfo, MatchState, pg_desc, profiling_name
+from ..types import CollectiveCheck, Dump, Group
 
 
 class CollectiveColumns:

@@ -10,7 +10,7 @@ import signal
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from .errors import DumpError
+from ..errors import DumpError
 
 _IN_FLIGHT = 2  # files given to a worker ahead of its answers: it never waits for the next one
 

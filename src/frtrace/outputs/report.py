@@ -7,11 +7,11 @@ from typing import Any, TextIO
 
 from tabulate import tabulate
 
-from . import __version__
-from .align import format_ranks
-from .errors import printable
-from .groups import GroupTable
-from .types import Analysis, Dump, Finding, SkippedFile
+from .. import __version__
+from ..analysis.align import format_ranks
+from ..errors import printable
+from ..reading.groups import GroupTable
+from ..types import Analysis, Dump, Finding, SkippedFile
 
 
 def _where(finding: Finding) -> str:

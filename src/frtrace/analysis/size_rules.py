@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from math import prod
 
-from .types import Entry
+from ..types import Entry
 
 COALESCED_TERMINATORS = frozenset({"coalesced", "ALLGATHER_coalesced", "REDUCE_SCATTER_coalesced"})
 _SAME_SIZES = frozenset({"all_reduce", "allreduce_coalesced", "broadcast", "_broadcast_oop", "reduce", "_reduce_oop"})

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from .align import format_ranks, tracks_completion
+from ..analysis.align import format_ranks, tracks_completion
 from .groups import GroupTable
-from .loader import process_counter_note, renumber_per_group
+from ..loader import process_counter_note, renumber_per_group
 from .runs import make_runs
-from .types import SEQ_PROCESS, SEQ_PROCESS_WRAPPED, SEQ_UNCLEAR, Dump, Group, int_column
+from ..types import SEQ_PROCESS, SEQ_PROCESS_WRAPPED, SEQ_UNCLEAR, Dump, Group, int_column
 
 
 @dataclass

@@ -11,8 +11,8 @@ from itertools import compress, repeat
 from operator import eq
 from typing import NamedTuple
 
-from .rules import COALESCED_TERMINATORS
-from .types import EntryColumns, code_column
+from ..analysis.size_rules import COALESCED_TERMINATORS
+from ..types import EntryColumns, code_column
 
 
 class Run(NamedTuple):

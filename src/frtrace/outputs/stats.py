@@ -12,9 +12,9 @@ from typing import TextIO
 
 from tabulate import tabulate
 
-from . import rules
-from .align import format_ranks
-from .types import Analysis, Dump, Entry, Kind
+from ..analysis import size_rules as rules
+from ..analysis.align import format_ranks
+from ..types import Analysis, Dump, Entry, Kind
 
 DTYPE_BYTES = {
     "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1, "Byte": 1,

@@ -17,9 +17,9 @@ from itertools import repeat
 from operator import itemgetter, methodcaller
 from typing import Any
 
-from .errors import printable
+from ..errors import printable
 from .limits import MAX_DIMS, MAX_FRAMES, MAX_INT, MAX_TEXT
-from .types import EntryColumns, Frame, Kind, code_column, float_column, int_column, small_int_column, time_column
+from ..types import EntryColumns, Frame, Kind, code_column, float_column, int_column, small_int_column, time_column
 
 DTYPE_NAMES = {
     "float": "Float", "double": "Double", "half": "Half", "bfloat16": "BFloat16", "c10::bfloat16": "BFloat16",

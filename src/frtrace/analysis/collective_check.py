@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from . import rules
+from . import size_rules as rules
 from .align import GroupView, UnitEntries, ranks_word, signature, unit_ops
 
 

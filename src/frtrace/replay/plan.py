@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .builder import group_ids
-from .groups import GroupTable
-from .types import Analysis, Dump
+from ..builder import group_ids
+from ..reading.groups import GroupTable
+from ..types import Analysis, Dump
 
 PLAN_FORMAT = "frtrace-replay"
 PLAN_VERSION = 1
