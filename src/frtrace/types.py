@@ -339,11 +339,6 @@ class Group:
             return self.desc
         return f"pg {self.name}"
 
-    def global_rank(self, local_rank: int) -> int | None:
-        if 0 <= local_rank < len(self.ranks):
-            return self.ranks[local_rank]
-        return None
-
 
 FINDING_KINDS = (
     "missing_ranks",

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from itertools import groupby
 from dataclasses import dataclass, field
 
-from . import size_rules as rules
+from . import size_rules
 from ..reading import runs
 from ..reading.groups import GroupTable
 from ..types import Dump, Entry, EntryColumns, Group, Kind, recode
@@ -29,6 +29,13 @@ _TRACKING_BACKENDS = frozenset({"nccl", "ncclx", "rccl", "xccl", "hccl", "mccl"}
 # A unit is one collective as one rank issued it: a tuple of its entries, one entry or a coalesced
 # group's entries ending in the terminator, which carries the group's real state.
 UnitEntries = tuple  # tuple[Entry, ...]
+
+
+def global_rank(group: Group, local_rank: int) -> int | None:
+    """The global rank of a group's `local_rank`-th member (send/recv names count in the group)."""
+    if 0 <= local_rank < len(group.ranks):
+        return group.ranks[local_rank]
+    return None
 
 
 def unit_state(unit: UnitEntries) -> str:
@@ -47,7 +54,7 @@ def entry_label(entry: Entry, table: GroupTable) -> str:
 
 
 def unit_label(unit: UnitEntries) -> str:
-    ops = [e.op for e in unit if e.op not in rules.COALESCED_TERMINATORS]
+    ops = [e.op for e in unit if e.op not in size_rules.COALESCED_TERMINATORS]
     if len(unit) == 1 or not ops:
         return unit[-1].op or "unnamed op"
     counts = Counter(ops)
@@ -138,7 +145,7 @@ def unknown_names(dumps: dict[int, Dump]) -> list[str]:
     backends: dict[str, int] = {}
     for rank, dump in dumps.items():
         for kind in dump.entries.kinds:
-            if not kind.is_p2p and kind.op not in rules.KNOWN_OPS:
+            if not kind.is_p2p and kind.op not in size_rules.KNOWN_OPS:
                 ops.setdefault(kind.op or "(empty name)", rank)
             if kind.backend not in _KNOWN_BACKENDS:
                 backends.setdefault(kind.backend, rank)
@@ -213,7 +220,7 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, positions: Seque
     """The track of a group's entries one by one, read from the columns: coalesced groups joined
     into units, p2p ops parsed (once per kind), a p2p batch's terminator giving the batch its
     state. Only the p2p ops' entries are built here."""
-    terminators = rules.COALESCED_TERMINATORS
+    terminators = size_rules.COALESCED_TERMINATORS
     kinds = columns.kinds
     by_seq: dict[int, list[int]] = {}
     p2p: list[tuple[int, str, int, int]] = []  # (buffer index, send or recv, src, dst)
@@ -268,9 +275,9 @@ def _p2p_ends(op: str, group: Group) -> tuple[str, int, int] | None:
     if parsed:
         kind, a, arrow, b = parsed.group(1), int(parsed.group(2)), parsed.group(3), int(parsed.group(4))
         local_src, local_dst = (a, b) if arrow == "->" else (b, a)
-        src, dst = group.global_rank(local_src), group.global_rank(local_dst)
+        src, dst = global_rank(group, local_src), global_rank(group, local_dst)
     elif (any_source := _RECV_ANY.match(op)) is not None:  # "recv 3<-?": from whoever sends
-        kind, src, dst = "recv", ANY_SOURCE, group.global_rank(int(any_source.group(1)))
+        kind, src, dst = "recv", ANY_SOURCE, global_rank(group, int(any_source.group(1)))
     else:
         return None
     return None if src is None or dst is None else (kind, src, dst)
@@ -364,7 +371,7 @@ class GroupView:
         ok = bytearray(256 if isinstance(ref.kinds, bytes) else len(self.codes.kinds))
         for code in set(ref.kinds):
             kind = self.codes.kinds[code]
-            ok[code] = rules.own_size_problem(kind, self.size) is None and not rules.is_all_to_all(kind.op)
+            ok[code] = size_rules.own_size_problem(kind, self.size) is None and not size_rules.is_all_to_all(kind.op)
         if isinstance(ref.kinds, bytes):
             flags = bytearray(ref.kinds.translate(ok))
         else:
@@ -405,8 +412,8 @@ class GroupView:
         fine = self._fine_codes.get(code)
         if fine is None:
             kind = self.codes.kinds[code]
-            fine = self._fine_codes[code] = (rules.own_size_problem(kind, self.size) is None
-                                              and not rules.is_all_to_all(kind.op))
+            fine = self._fine_codes[code] = (size_rules.own_size_problem(kind, self.size) is None
+                                              and not size_rules.is_all_to_all(kind.op))
         return fine
 
     def lowest_issuer(self, seq: int) -> tuple[int, UnitEntries] | None:

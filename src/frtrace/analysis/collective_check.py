@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from . import size_rules as rules
+from . import size_rules
 from .align import GroupView, UnitEntries, ranks_word, signature, unit_ops
 
 
@@ -68,20 +68,20 @@ class Checker:
 
     def _own_problems(self, unit: UnitEntries) -> str | None:
         for entry in unit:
-            problem = rules.own_size_problem(entry, self.view.size)
+            problem = size_rules.own_size_problem(entry, self.view.size)
             if problem:
                 return problem
         return None
 
     def _all_to_all(self, seq: int, units: dict[int, UnitEntries]) -> _Verdict | None:
         first = next(iter(units.values()))
-        if len(first) != 1 or not rules.is_all_to_all(first[0].op) or len(units) < self.view.size:
+        if len(first) != 1 or not size_rules.is_all_to_all(first[0].op) or len(units) < self.view.size:
             return None
-        total_in = sum(rules.numel(u[0].input_sizes) for u in units.values())
-        total_out = sum(rules.numel(u[0].output_sizes) for u in units.values())
+        total_in = sum(size_rules.numel(u[0].input_sizes) for u in units.values())
+        total_out = sum(size_rules.numel(u[0].output_sizes) for u in units.values())
         if total_in == total_out:
             return None
-        keys = {r: (rules.numel(u[0].input_sizes), rules.numel(u[0].output_sizes)) for r, u in units.items()}
+        keys = {r: (size_rules.numel(u[0].input_sizes), size_rules.numel(u[0].output_sizes)) for r, u in units.items()}
         if len(set(keys.values())) == 1:  # nobody differs: the group's sizes cannot be told apart from its members'
             sent, received = next(iter(keys.values()))
             return _Verdict("size_mismatch", (), f"every rank sends {sent} / receives {received} elements: the group sends "
@@ -127,11 +127,11 @@ class Checker:
 
 
 def _size_keys(unit: UnitEntries) -> tuple:
-    return tuple(rules.size_key(e) for e in unit)
+    return tuple(size_rules.size_key(e) for e in unit)
 
 
 def _dtype_keys(unit: UnitEntries) -> tuple:
-    return tuple(rules.dtype_key(e) for e in unit)
+    return tuple(size_rules.dtype_key(e) for e in unit)
 
 
 def _describe_ops(ops: Hashable) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from . import size_rules as rules
+from . import size_rules
 from .align import by_number, count_of, ranks_word, unit_label
 from ..types import Analysis, Entry, Finding
 from .waitgraph import NEVER_STARTED, WaitGraph
@@ -278,7 +278,7 @@ def _shown_sizes(entries: tuple[Entry, ...]) -> str:
     def one(e: Entry) -> str:
         sizes_in, sizes_out = list(map(list, e.input_sizes)), list(map(list, e.output_sizes))
         return f"sizes {sizes_in}" if sizes_in == sizes_out else f"sizes {sizes_in} -> {sizes_out}"
-    return " | ".join(one(e) for e in entries if e.op not in rules.COALESCED_TERMINATORS)
+    return " | ".join(one(e) for e in entries if e.op not in size_rules.COALESCED_TERMINATORS)
 
 
 def _shown_dtypes(entries: tuple[Entry, ...]) -> str:

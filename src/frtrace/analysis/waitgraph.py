@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import ne
 
-from . import size_rules as rules
-from .align import ANY_SOURCE, GroupView, P2POp, Track, by_number, ranks_word, unit_label, unit_state
+from . import size_rules
+from .align import ANY_SOURCE, by_number, global_rank, GroupView, P2POp, ranks_word, Track, unit_label, unit_state
 from ..reading.groups import GroupTable
 from ..types import Dump, Entry, Finding, Group
 
@@ -34,7 +34,7 @@ def _peers(kind: str, text: str, group: Group) -> tuple[int | None, int | None]:
     """Global (src, dst) of "0->1" (send) or "1<-0" (recv), group-local numbers in the name."""
     parts = text.replace("<-", "->").split("->")
     try:
-        a, b = (group.global_rank(int(p)) for p in parts)
+        a, b = (global_rank(group, int(p)) for p in parts)
     except ValueError:
         return None, None
     return (a, b) if kind == "send" else (b, a)
@@ -62,7 +62,7 @@ def _buffer_of(dump: Dump, group_of) -> _Buffer:
         group = group_of(entry)
         if group is None:
             continue
-        ops.append((entry.index, _class_of_entry(entry, group), after_p2p and entry.op in rules.COALESCED_TERMINATORS))
+        ops.append((entry.index, _class_of_entry(entry, group), after_p2p and entry.op in size_rules.COALESCED_TERMINATORS))
         after_p2p = entry.is_p2p
     return _Buffer(ops, dump.wrapped)
 

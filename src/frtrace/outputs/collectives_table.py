@@ -12,7 +12,7 @@ from collections import Counter
 from itertools import repeat
 from operator import not_
 
-from ..analysis import size_rules as rules
+from ..analysis import size_rules
 from ..database import MATCH_STATE_OF_FINDING, Collective, MatchInfo, MatchState, pg_desc, profiling_name
 from ..types import CollectiveCheck, Dump, Group
 
@@ -54,7 +54,7 @@ class CollectiveColumns:
         found = self._shown.get(key)
         if found is None:
             found = self._shown[key] = (name, self.shared.shape_list(input_sizes), self.shared.shape_list(output_sizes),
-                                        rules.numel(input_sizes), rules.numel(output_sizes))
+                                        size_rules.numel(input_sizes), size_rules.numel(output_sizes))
         return found
 
     def _group(self, group: Group, first_seq: int, last_seq: int, view, count: int) -> tuple[str, frozenset, int]:

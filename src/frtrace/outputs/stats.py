@@ -12,7 +12,7 @@ from typing import TextIO
 
 from tabulate import tabulate
 
-from ..analysis import size_rules as rules
+from ..analysis import size_rules
 from ..analysis.align import format_ranks
 from ..types import Analysis, Dump, Entry, Kind
 
@@ -65,7 +65,7 @@ class Stats:
 def _bytes(entry: Entry | Kind) -> int | None:
     """An entry's input bytes, from its sizes and dtype (an entry's kind holds both)."""
     size = DTYPE_BYTES.get(entry.input_dtypes[0]) if entry.input_dtypes else 0
-    return None if size is None else rules.numel(entry.input_sizes) * size
+    return None if size is None else size_rules.numel(entry.input_sizes) * size
 
 
 def _duration_ms(entry: Entry) -> float | None:
