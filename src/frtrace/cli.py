@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
 import os
 import shutil
@@ -11,9 +12,10 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from . import __version__
@@ -370,6 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_replay(parse_replay(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         if argv[:1] == ["compare"]:
             return run_compare(parse_compare(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
+        if argv[:1] == ["live"]:
+            return run_live(parse_live(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         options = parse_options(argv, stderr_is_tty=sys.stderr.isatty())
         status = run(options, TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         if "stdout" in replaced:
@@ -403,6 +407,80 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, stream in replaced.items():
             getattr(sys, name).flush()
             setattr(sys, name, stream)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOptions:
+    workers: tuple[str, ...]
+    out_dir: str | None = None
+    timeout: float = 10.0
+    json_path: str | None = None
+    jobs: int = 1
+
+
+def parse_live(argv: Sequence[str]) -> LiveOptions:
+    parser = _Parser(prog="frtrace live",
+                     description="Read a job that is running (or hanging) now from PyTorch's debug server: every rank's "
+                                 "Flight Recorder and Python stacks, kept as a dump set and analysed.",
+                     epilog="Exit status: 0 clean, 1 a desync or hang found, 2 usage, connection or output error, "
+                            "3 internal error. The debug server is unauthenticated HTTP: use it on trusted networks only.")
+    parser.add_argument("--workers", nargs="+", required=True, metavar="URL",
+                        help="each rank's debug-server worker, http://HOST:PORT, in rank order (what the job's store "
+                             "holds under debug_server/rank<R>)")
+    parser.add_argument("-O", "--out-dir", metavar="DIR",
+                        help="the new folder to keep the snapshot in (default: frtrace-live-<date>-<time>)")
+    parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                        help="seconds each rank has to answer (default 10)")
+    parser.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here ('-' for stdout)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help="read the snapshot in N processes")
+    args = parser.parse_args(argv)
+    if not 0 < args.timeout <= 3600:
+        raise UsageError(f"--timeout must be above 0 and at most 3600 seconds, not {args.timeout}")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    return LiveOptions(tuple(args.workers), args.out_dir, args.timeout, args.json_path, args.jobs or default_jobs())
+
+
+def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
+    """Fetch every rank at once, keep the snapshot, analyse it as a dump set."""
+    from .live.fetch import fetch_all, worker_url, write_snapshot
+
+    urls = {rank: worker_url(text) for rank, text in enumerate(options.workers)}
+    out_dir = options.out_dir or time.strftime("frtrace-live-%Y%m%d-%H%M%S")
+    taken = time.time()
+    answers = fetch_all(urls, options.timeout)
+    write_snapshot(answers, out_dir, taken)
+    silent = [a for a in answers if a.error is not None]
+    for answer in silent:
+        print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer within {options.timeout:g} s: {answer.error}; "
+              "its process may be gone or its host unreachable", file=err)
+    print(f"frtrace: snapshot of {len(answers) - len(silent)} of {len(answers)} ranks kept in {display_path(out_dir)} "
+          f"(frtrace -d {display_path(out_dir)} reads it again)", file=err)
+    if len(silent) == len(answers):
+        raise UsageError("no rank answered: check the worker addresses and that the job runs with the debug server on")
+    result = _analyzed_snapshot(out_dir, silent, options)
+    if options.json_path:
+        if options.json_path == "-":
+            _printed(out, lambda: out.write(json.dumps(result.as_dict(), indent=2) + "\n"))
+        else:
+            result.write_json(options.json_path)
+    if options.json_path != "-":
+        _printed(out, lambda: out.write(result.text()))
+    return EXIT_CLEAN if result.verdict == "clean" else EXIT_FOUND
+
+
+def _analyzed_snapshot(out_dir: str, silent, options: LiveOptions):
+    """The snapshot read as a dump set, where each rank that did not answer counts as a rank of the
+    job whose dump could not be read: others may wait for it."""
+    from .reading.discover import DumpFile
+
+    with discovered(out_dir, None) as discovery:
+        unread = tuple((DumpFile(os.path.join(out_dir, f"trace_rank_{a.rank}.json"), a.rank, "trace_rank_", "json",
+                                 where=f"trace_rank_{a.rank}.json"),
+                        f"rank {a.rank} did not answer within {options.timeout:g} s ({a.error})") for a in silent)
+        discovery = replace(discovery, unread=discovery.unread + unread)
+        loaded, table = load_set(discovery, out_dir, None, io.StringIO(), jobs=options.jobs)
+    return analyzed(loaded, table, out_dir, discovery.identities)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,141 @@
+"""Fetch every rank's Flight Recorder (as JSON) and Python stacks from its debug-server worker, at
+once, and keep them as a snapshot folder that `frtrace -d` reads like any dump set.
+
+A worker answers `POST /handler/<name>` over plain HTTP (format.md, "Reading a running job"). Only
+the handlers named here are asked for, redirects are refused, each answer is cut off at a size
+cap and each rank at a timeout; what comes back is data, read later by the loader under the same
+caps as a file. The folder is written beside its final name and renamed into place: a stop leaves
+a whole snapshot or none, and nothing is ever written over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..errors import OutputError, UsageError, display_path, printable
+
+HANDLERS = {"trace": "fr_trace_json", "stacks": "dump_traceback"}
+MAX_TRACE_BYTES = 128 << 20  # a 2000-entry recorder with stacks is a few MB; 32 at once stay in memory
+MAX_STACKS_BYTES = 4 << 20  # a few hundred threads' stacks are well under this
+MAX_CONCURRENT = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One rank's answers: the recorder's JSON and the stacks' text (None where it did not come),
+    why not, and how long the rank took."""
+
+    rank: int
+    url: str
+    trace: bytes | None
+    stacks: bytes | None
+    error: str | None
+    seconds: float
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise urllib.error.HTTPError(req.full_url, code, "redirected; refused", headers, fp)
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
+
+
+def worker_url(text: str) -> str:
+    """`http://host:port` from what a user or a store gave (a bare host:port too); UsageError else."""
+    url = text if "://" in text else f"http://{text}"
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/") or parts.query:
+        raise UsageError(f"{printable(text)}: not a debug-server worker address; give http://HOST:PORT "
+                         "(what the job's store holds under debug_server/rank<R>)")
+    return f"http://{parts.netloc}"
+
+
+def _post(url: str, handler: str, cap: int, deadline: float) -> bytes:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    request = urllib.request.Request(f"{url}/handler/{handler}", data=b"", method="POST")
+    with _OPENER.open(request, timeout=left) as response:
+        body = response.read(cap + 1)
+    if len(body) > cap:
+        raise ValueError(f"its {handler} answer is over {cap >> 20} MiB; cut off")
+    return body
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"redirected (HTTP {exc.code}); refused" if 300 <= exc.code < 400 else f"HTTP {exc.code}"
+    if isinstance(exc, urllib.error.URLError):
+        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
+    if isinstance(exc, (TimeoutError, OSError)) and "timed out" in str(exc):
+        return "no answer in time"
+    return printable(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+
+
+def fetch_rank(rank: int, url: str, timeout: float) -> Answer:
+    """Both answers of one rank, within `timeout` seconds in all."""
+    start = time.monotonic()
+    deadline = start + timeout
+    trace = stacks = error = None
+    try:
+        trace = _post(url, HANDLERS["trace"], MAX_TRACE_BYTES, deadline)
+        stacks = _post(url, HANDLERS["stacks"], MAX_STACKS_BYTES, deadline)
+    except Exception as exc:  # noqa: BLE001 - any failure of one rank is that rank's answer, not ours
+        error = _reason(exc)
+    return Answer(rank, url, trace, stacks, error, time.monotonic() - start)
+
+
+def fetch_all(urls: dict[int, str], timeout: float) -> list[Answer]:
+    """Every rank's answers, fetched at once (at most MAX_CONCURRENT at a time), by rank."""
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_CONCURRENT, len(urls)))) as pool:
+        futures = [pool.submit(fetch_rank, rank, url, timeout) for rank, url in sorted(urls.items())]
+        return [f.result() for f in futures]
+
+
+def write_snapshot(answers: list[Answer], out_dir: str, taken_at: float) -> None:
+    """The answers as a dump set in `out_dir`, which must not exist: `trace_rank_<R>.json` per rank
+    that answered, `stacks/rank_<R>.txt`, and `manifest.json` (URLs, times, who did not answer).
+    Written in a temporary folder beside it and renamed into place."""
+    if os.path.lexists(out_dir):
+        raise OutputError(f"{display_path(out_dir)}: already exists; frtrace live writes a new folder, never into "
+                          "one: give another -O")
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    try:
+        temp = tempfile.mkdtemp(prefix=".frtrace-live-", dir=parent)
+    except OSError as exc:
+        raise OutputError(f"{display_path(out_dir)}: cannot create the snapshot folder ({exc.strerror})") from None
+    try:
+        os.mkdir(os.path.join(temp, "stacks"))
+        for answer in answers:
+            if answer.trace is not None:
+                with open(os.path.join(temp, f"trace_rank_{answer.rank}.json"), "xb") as handle:
+                    handle.write(answer.trace)
+            if answer.stacks is not None:
+                with open(os.path.join(temp, "stacks", f"rank_{answer.rank}.txt"), "xb") as handle:
+                    handle.write(answer.stacks)
+        manifest = {"taken_at": taken_at, "ranks": [
+            {"rank": a.rank, "url": a.url, "seconds": round(a.seconds, 3), "answered": a.error is None,
+             **({"error": a.error} if a.error else {})} for a in answers]}
+        with open(os.path.join(temp, "manifest.json"), "x") as handle:
+            json.dump(manifest, handle, indent=2)
+        os.rename(temp, out_dir)  # a folder that appeared meanwhile: refused unless empty
+    except BaseException as exc:
+        shutil.rmtree(temp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise OutputError(f"{display_path(out_dir)}: cannot write the snapshot ({exc.strerror or exc}); "
+                              "nothing was written") from None
+        raise

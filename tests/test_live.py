@@ -1,0 +1,166 @@
+"""frtrace live: every rank's recorder and stacks fetched from debug-server workers at once, kept
+as a snapshot folder, analysed like a dump set. Workers are faked by small HTTP servers serving
+real gloo JSON dumps (fixtures/healthy_json, skip_goes_on), and one real gloo job with PyTorch's
+debug server on is read while it hangs."""
+
+from __future__ import annotations
+
+import http.server
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from frtrace.cli import main
+from frtrace.errors import UsageError
+from frtrace.live import fetch
+
+STACK = b'Thread 0x00007f (most recent call first):\n  File "train.py", line 88 in load_batch\n'
+
+
+def _worker(trace: bytes, stacks: bytes = STACK, *, status: int = 200, delay: float = 0.0, location: str | None = None):
+    """A debug-server worker on loopback that answers the two handlers frtrace asks for."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        asked: list[str] = []
+
+        def do_POST(self):
+            Handler.asked.append(self.path)
+            time.sleep(delay)
+            body = {"/handler/fr_trace_json": trace, "/handler/dump_traceback": stacks}.get(self.path)
+            self.send_response(404 if body is None else status)
+            if location:
+                self.send_header("Location", location)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.asked = Handler.asked
+    return server
+
+
+def _url(server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # nobody listens once it is closed
+
+
+def test_a_hanging_set_is_fetched_kept_and_analysed_like_its_files(tmp_path, capsys):
+    folder = FIXTURES / "skip_goes_on"
+    servers = [_worker((folder / f"trace_host-node{r // 2:02d}_{r}.json").read_bytes()) for r in range(4)]
+    out = tmp_path / "snap"
+
+    code = main(["live", "--workers", *map(_url, servers), "-O", str(out)])
+
+    live = capsys.readouterr()
+    assert code == 1
+    assert main(["-d", str(folder)]) == 1
+    from_files = capsys.readouterr().out.splitlines()[0]
+    assert live.out.splitlines()[0] == from_files  # the same verdict as the files the workers served
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "stacks", *(f"trace_rank_{r}.json" for r in range(4))]
+    assert (out / "stacks" / "rank_3.txt").read_bytes() == STACK
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [r["answered"] for r in manifest["ranks"]] == [True] * 4
+    assert all(s.asked == ["/handler/fr_trace_json", "/handler/dump_traceback"] for s in servers)  # only what it needs
+    assert main(["-d", str(out)]) == 1 and capsys.readouterr().out.splitlines()[0] == from_files
+
+
+def test_a_rank_that_does_not_answer_is_said_and_counted_as_a_rank_without_a_dump(tmp_path, capsys):
+    folder = FIXTURES / "skip_rank2"
+    import pickle
+
+    dumps = {r: json.dumps(pickle.loads((folder / f"nccl_trace_rank_{r}").read_bytes())).encode() for r in (0, 1, 3)}
+    urls = [_url(_worker(dumps[0])), _url(_worker(dumps[1])), f"http://127.0.0.1:{_closed_port()}", _url(_worker(dumps[3]))]
+
+    code = main(["live", "--workers", *urls, "-O", str(tmp_path / "snap"), "--timeout", "3"])
+
+    said = capsys.readouterr()
+    assert code == 1
+    assert said.out.startswith("DESYNC: rank 2 left no readable dump and ranks 0-1,3 wait for it"), said.out
+    assert f"frtrace: rank 2 ({urls[2]}) did not answer within 3 s" in said.err
+    assert "snapshot of 3 of 4 ranks kept in" in said.err
+    assert not (tmp_path / "snap" / "trace_rank_2.json").exists()
+
+
+def test_a_slow_rank_times_out_and_the_others_are_not_held_up(tmp_path, capsys):
+    trace = (FIXTURES / "healthy_json" / "comm_lib_trace_rank_0.json").read_bytes()
+    answers = fetch.fetch_all({0: _url(_worker(trace)), 1: _url(_worker(trace, delay=3))}, timeout=0.5)
+    assert answers[0].error is None and answers[0].trace == trace
+    assert answers[1].error == "no answer in time" and answers[1].seconds < 2
+
+
+@pytest.mark.parametrize("server,reason", [
+    (lambda: _worker(b"{}", status=302, location="http://127.0.0.1:1/"), "redirected (HTTP 302); refused"),
+    (lambda: _worker(b"x" * (fetch.MAX_STACKS_BYTES + 1), stacks=b"x" * (fetch.MAX_STACKS_BYTES + 1)), "over 4 MiB"),
+    (lambda: _worker(b"{}", status=500), "HTTP 500"),
+], ids=["redirect", "oversized", "server-error"])
+def test_an_answer_that_is_not_a_plain_bounded_reply_is_refused(server, reason, monkeypatch):
+    monkeypatch.setattr(fetch, "MAX_TRACE_BYTES", fetch.MAX_STACKS_BYTES)
+    (answer,) = fetch.fetch_all({0: _url(server())}, timeout=5)
+    assert answer.trace is None and reason in answer.error
+
+
+def test_the_snapshot_is_a_new_folder_never_written_into(tmp_path, capsys):
+    taken = tmp_path / "snap"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("mine")
+    trace = (FIXTURES / "healthy_json" / "comm_lib_trace_rank_0.json").read_bytes()
+    assert main(["live", "--workers", _url(_worker(trace)), "-O", str(taken)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert [p.name for p in taken.iterdir()] == ["notes.txt"] and len(list(tmp_path.iterdir())) == 1
+
+
+@pytest.mark.parametrize("text", ["https://host:1", "host", "http://host:1/handler/x", "http://host:99999", "file:///etc/passwd"])
+def test_a_worker_address_is_http_host_port_or_a_usage_error(text):
+    with pytest.raises(UsageError, match="not a debug-server worker address"):
+        fetch.worker_url(text)
+    assert fetch.worker_url("node7:29500") == "http://node7:29500"
+
+
+def test_no_rank_answering_is_a_connection_error(tmp_path, capsys):
+    assert main(["live", "--workers", f"127.0.0.1:{_closed_port()}", "-O", str(tmp_path / "s"), "--timeout", "2"]) == 2
+    assert "no rank answered" in capsys.readouterr().err
+
+
+@pytest.mark.process
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the real job needs torch (pip install 'frtrace[replay]')")
+def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named(tmp_path):
+    """4 gloo ranks with PyTorch's debug server on; rank 2 leaves out the world all_reduce the
+    others wait in (tests/livejob.py). The worker URLs are read from the job's store."""
+    import datetime
+
+    from torch.distributed import PrefixStore, TCPStore
+
+    port = _closed_port()
+    job = subprocess.Popen([sys.executable, str(Path(__file__).with_name("livejob.py")), "skip", "4", str(port)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        store = PrefixStore("debug_server", TCPStore("127.0.0.1", port, is_master=False,
+                                                     timeout=datetime.timedelta(seconds=60)))
+        urls = [store.get(f"rank{r}").decode() for r in range(4)]
+        time.sleep(3)  # every rank reaches its last op
+        done = subprocess.run([sys.executable, "-m", "frtrace", "live", "--workers", *urls, "-O", str(tmp_path / "snap")],
+                              capture_output=True, text=True, timeout=60)
+    finally:
+        os.killpg(job.pid, 9)
+        job.wait()
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.startswith("DESYNC: rank 2 never joined all_reduce #4 of default_pg"), done.stdout
+    assert "livejob.py" in (tmp_path / "snap" / "stacks" / "rank_2.txt").read_text()
