@@ -139,28 +139,76 @@ def test_no_rank_answering_is_a_connection_error(tmp_path, capsys):
     assert "no rank answered" in capsys.readouterr().err
 
 
-@pytest.mark.process
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the real job needs torch (pip install 'frtrace[replay]')")
-def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named(tmp_path):
-    """4 gloo ranks with PyTorch's debug server on; rank 2 leaves out the world all_reduce the
-    others wait in (tests/livejob.py). The worker URLs are read from the job's store."""
+def _real_job(fault: str, world: int):
+    """A real gloo job (tests/livejob.py) and its store's port; end it with os.killpg(job.pid, 9)."""
+    port = _closed_port()
+    job = subprocess.Popen([sys.executable, str(Path(__file__).with_name("livejob.py")), fault, str(world), str(port)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return job, port
+
+
+def _live(port: int, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """frtrace live on the job's store, once every rank has its worker address there."""
     import datetime
 
     from torch.distributed import PrefixStore, TCPStore
 
-    port = _closed_port()
-    job = subprocess.Popen([sys.executable, str(Path(__file__).with_name("livejob.py")), "skip", "4", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    store = PrefixStore("debug_server", TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60)))
+    store.wait([f"rank{r}" for r in range(4)])
+    time.sleep(3)  # every rank reaches its last op
+    return subprocess.run([sys.executable, "-m", "frtrace", "live", "--store", f"127.0.0.1:{port}", "-O", str(out), *extra],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _resolves_own_name() -> bool:
     try:
-        store = PrefixStore("debug_server", TCPStore("127.0.0.1", port, is_master=False,
-                                                     timeout=datetime.timedelta(seconds=60)))
-        urls = [store.get(f"rank{r}").decode() for r in range(4)]
-        time.sleep(3)  # every rank reaches its last op
-        done = subprocess.run([sys.executable, "-m", "frtrace", "live", "--workers", *urls, "-O", str(tmp_path / "snap")],
-                              capture_output=True, text=True, timeout=60)
+        return bool(socket.getaddrinfo(socket.gethostname(), None))
+    except OSError:
+        return False
+
+
+@pytest.mark.process
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the real job needs torch (pip install 'frtrace[replay]')")
+@pytest.mark.skipif(not _resolves_own_name(), reason="the debug server's addresses name this host, which cannot resolve its name")
+def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it_is_doing(tmp_path):
+    """4 gloo ranks with PyTorch's debug server on; rank 2 leaves out the world all_reduce the
+    others wait in, goes on to its tp all_reduce and waits there (tests/livejob.py)."""
+    job, port = _real_job("skip", 4)
+    try:
+        done = _live(port, tmp_path / "snap")
     finally:
         os.killpg(job.pid, 9)
         job.wait()
     assert done.returncode == 1, done.stderr
-    assert done.stdout.startswith("DESYNC: rank 2 never joined all_reduce #4 of default_pg"), done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("DESYNC: rank 2 never joined all_reduce #4 of default_pg"), done.stdout
+    assert lines[1].startswith("Now (the ranks' Python stacks): rank 2 at livejob.py:"), lines[1]
+    assert lines[1].endswith("in _rank, in all_reduce (distributed_c10d.py)")
+    assert "snapshot of 4 of 4 ranks kept in" in done.stderr
     assert "livejob.py" in (tmp_path / "snap" / "stacks" / "rank_2.txt").read_text()
+
+
+def test_without_torch_the_store_cannot_be_read_and_it_says_how(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.distributed", None)  # import fails as where torch is missing
+    assert main(["live", "--store", "127.0.0.1:29500", "-O", str(tmp_path / "s")]) == 2
+    said = capsys.readouterr().err
+    assert "torch is not installed here" in said and "--workers" in said and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("text,said", [
+    ('Current thread 0x00007f (most recent call first):\n  <no Python frame>\n\n'
+     'Thread 0x00007e (most recent call first):\n'
+     '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
+     '  File "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper\n'
+     '  File "/job/train.py", line 40 in step\n  File "/job/train.py", line 90 in <module>\n',
+     "at train.py:40 in step, in all_reduce (distributed_c10d.py)"),
+    ('Thread 0x1 (most recent call first):\n  File "/job/data.py", line 88 in load_batch\n', "at data.py:88 in load_batch"),
+    ('Thread 0x1 (most recent call first):\n  File "/usr/lib/python3.11/threading.py", line 320 in wait\n', None),
+    ('Thread 0x1 (most recent call first):\n  File "/job/\x1b[31mevil.py", line 1 in f\x1b[0m\n',
+     "at \\x1b[31mevil.py:1 in f\\x1b[0m"),  # escaped: data never reaches a terminal as is
+    ("not a stack at all", None),
+], ids=["in-a-collective", "in-compute", "library-only", "escape-in-name", "garbage"])
+def test_where_a_rank_is_comes_from_its_own_innermost_frame(text, said):
+    from frtrace.live.stacks import where
+
+    assert where(text) == said

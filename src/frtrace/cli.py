@@ -411,7 +411,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 @dataclass(frozen=True, slots=True)
 class LiveOptions:
-    workers: tuple[str, ...]
+    workers: tuple[str, ...] = ()
+    store: str | None = None
+    world: int | None = None
     out_dir: str | None = None
     timeout: float = 10.0
     json_path: str | None = None
@@ -424,9 +426,13 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
                                  "Flight Recorder and Python stacks, kept as a dump set and analysed.",
                      epilog="Exit status: 0 clean, 1 a desync or hang found, 2 usage, connection or output error, "
                             "3 internal error. The debug server is unauthenticated HTTP: use it on trusted networks only.")
-    parser.add_argument("--workers", nargs="+", required=True, metavar="URL",
-                        help="each rank's debug-server worker, http://HOST:PORT, in rank order (what the job's store "
-                             "holds under debug_server/rank<R>)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--store", metavar="HOST:PORT",
+                       help="the job's store (MASTER_ADDR:MASTER_PORT), which holds each rank's worker address "
+                            "(needs torch, as every training host has)")
+    where.add_argument("--workers", nargs="+", metavar="URL",
+                       help="each rank's debug-server worker, http://HOST:PORT, in rank order")
+    parser.add_argument("--world", type=int, metavar="N", help="the job's ranks (default: as many as the store holds)")
     parser.add_argument("-O", "--out-dir", metavar="DIR",
                         help="the new folder to keep the snapshot in (default: frtrace-live-<date>-<time>)")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
@@ -438,34 +444,51 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
         raise UsageError(f"--timeout must be above 0 and at most 3600 seconds, not {args.timeout}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
-    return LiveOptions(tuple(args.workers), args.out_dir, args.timeout, args.json_path, args.jobs or default_jobs())
+    if args.world is not None and not 0 < args.world <= 1 << 20:
+        raise UsageError(f"--world must be between 1 and {1 << 20}, not {args.world}")
+    if args.workers and args.world is not None and args.world != len(args.workers):
+        raise UsageError(f"--world {args.world} but {len(args.workers)} --workers: give one address per rank")
+    return LiveOptions(tuple(args.workers or ()), args.store, args.world, args.out_dir, args.timeout, args.json_path,
+                       args.jobs or default_jobs())
 
 
 def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
     """Fetch every rank at once, keep the snapshot, analyse it as a dump set."""
-    from .live.fetch import fetch_all, worker_url, write_snapshot
+    from .live.fetch import Answer, fetch_all, store_workers, worker_url, write_snapshot
+    from .live.stacks import where
 
-    urls = {rank: worker_url(text) for rank, text in enumerate(options.workers)}
+    if options.store:
+        urls, missing = store_workers(options.store, options.world, options.timeout)
+    else:
+        urls, missing = {rank: worker_url(text) for rank, text in enumerate(options.workers)}, {}
     out_dir = options.out_dir or time.strftime("frtrace-live-%Y%m%d-%H%M%S")
     taken = time.time()
-    answers = fetch_all(urls, options.timeout)
+    answers = sorted(fetch_all(urls, options.timeout) + [Answer(rank, "", None, None, why, 0.0) for rank, why in missing.items()],
+                     key=lambda a: a.rank)
     write_snapshot(answers, out_dir, taken)
     silent = [a for a in answers if a.error is not None]
     for answer in silent:
-        print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer within {options.timeout:g} s: {answer.error}; "
-              "its process may be gone or its host unreachable", file=err)
+        if answer.url:
+            print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer within {options.timeout:g} s: {answer.error}; "
+                  "its process may be gone or its host unreachable", file=err)
+        else:
+            print(f"frtrace: rank {answer.rank}: {answer.error}", file=err)
     print(f"frtrace: snapshot of {len(answers) - len(silent)} of {len(answers)} ranks kept in {display_path(out_dir)} "
           f"(frtrace -d {display_path(out_dir)} reads it again)", file=err)
     if len(silent) == len(answers):
         raise UsageError("no rank answered: check the worker addresses and that the job runs with the debug server on")
     result = _analyzed_snapshot(out_dir, silent, options)
+    stacks = {a.rank: a.stacks.decode("utf-8", "replace") for a in answers if a.stacks is not None}
+    now = [f"rank {rank} {place}" for rank in result.culprit_ranks if rank in stacks and (place := where(stacks[rank]))]
     if options.json_path:
         if options.json_path == "-":
             _printed(out, lambda: out.write(json.dumps(result.as_dict(), indent=2) + "\n"))
         else:
             result.write_json(options.json_path)
     if options.json_path != "-":
-        _printed(out, lambda: out.write(result.text()))
+        headline, _, rest = result.text().partition("\n")
+        said = f"Now (the ranks' Python stacks): {'; '.join(now)}\n" if now else ""
+        _printed(out, lambda: out.write(f"{headline}\n{said}{rest}"))
     return EXIT_CLEAN if result.verdict == "clean" else EXIT_FOUND
 
 

@@ -27,6 +27,7 @@ HANDLERS = {"trace": "fr_trace_json", "stacks": "dump_traceback"}
 MAX_TRACE_BYTES = 128 << 20  # a 2000-entry recorder with stacks is a few MB; 32 at once stay in memory
 MAX_STACKS_BYTES = 4 << 20  # a few hundred threads' stacks are well under this
 MAX_CONCURRENT = 32
+MAX_STORE_RANKS = 1 << 20  # keys probed where --world is not given
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,3 +140,47 @@ def write_snapshot(answers: list[Answer], out_dir: str, taken_at: float) -> None
             raise OutputError(f"{display_path(out_dir)}: cannot write the snapshot ({exc.strerror or exc}); "
                               "nothing was written") from None
         raise
+
+
+def store_workers(address: str, world: int | None, timeout: float) -> tuple[dict[int, str], dict[int, str]]:
+    """Each rank's worker address from the job's store (HOST:PORT: MASTER_ADDR:MASTER_PORT), where
+    the debug server keeps it under debug_server/rank<R>: ({rank: url}, {rank: why it has none}).
+    The world is `world` ranks, or as many consecutive keys as the store holds. Needs torch's
+    TCPStore client; a UsageError says how to get it."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--store {printable(address)}: give HOST:PORT, the job's MASTER_ADDR:MASTER_PORT")
+    try:
+        import warnings
+        from datetime import timedelta
+
+        with warnings.catch_warnings():  # torch's import-time warnings (no numpy, say) are not ours to print
+            warnings.simplefilter("ignore")
+            from torch.distributed import PrefixStore, TCPStore
+    except ImportError:
+        raise UsageError("--store reads the job's TCPStore with torch's client, and torch is not installed here: "
+                         "run frtrace live on a training host, or pip install torch, or give --workers URL...") from None
+    try:
+        store = PrefixStore("debug_server", TCPStore(host.strip("[]"), int(port), is_master=False,
+                                                     timeout=timedelta(seconds=timeout)))
+        if world is None:
+            world = 0
+            while world < MAX_STORE_RANKS and store.check([f"rank{world}"]):
+                world += 1
+        urls, missing = {}, {}
+        for rank in range(world):
+            if not store.check([f"rank{rank}"]):
+                missing[rank] = "no worker address in the store (the rank never started the debug server)"
+                continue
+            text = store.get(f"rank{rank}")[:1024].decode("utf-8", "replace")
+            try:
+                urls[rank] = worker_url(text)
+            except UsageError:
+                missing[rank] = f"the store holds no worker address for it ({printable(text[:80])!r})"
+    except (RuntimeError, OSError) as exc:  # torch's store errors are RuntimeErrors (DistStoreError)
+        raise UsageError(f"--store {printable(address)}: cannot read the job's store ({_reason(exc)}); check "
+                         "MASTER_ADDR:MASTER_PORT and that the job runs") from None
+    if not urls:
+        raise UsageError(f"--store {printable(address)}: the store holds no debug-server worker (debug_server/rank<R>): "
+                         "start the job's ranks with torch.distributed.debug.start_debug_server()")
+    return urls, missing
