@@ -26,8 +26,11 @@ from frtrace.live import fetch
 STACK = b'Thread 0x00007f (most recent call first):\n  File "train.py", line 88 in load_batch\n'
 
 
-def _worker(trace: bytes, stacks: bytes = STACK, *, status: int = 200, delay: float = 0.0, location: str | None = None):
-    """A debug-server worker on loopback that answers the two handlers frtrace asks for."""
+def _worker(trace: bytes | list[bytes], stacks: bytes = STACK, *, status: int = 200, delay: float = 0.0,
+            location: str | None = None):
+    """A debug-server worker on loopback that answers the two handlers frtrace asks for (a list of
+    traces: one after the other, the last one from then on)."""
+    traces = list(trace) if isinstance(trace, list) else [trace]
 
     class Handler(http.server.BaseHTTPRequestHandler):
         asked: list[str] = []
@@ -35,7 +38,8 @@ def _worker(trace: bytes, stacks: bytes = STACK, *, status: int = 200, delay: fl
         def do_POST(self):
             Handler.asked.append(self.path)
             time.sleep(delay)
-            body = {"/handler/fr_trace_json": trace, "/handler/dump_traceback": stacks}.get(self.path)
+            now = traces.pop(0) if len(traces) > 1 else traces[0]
+            body = {"/handler/fr_trace_json": now, "/handler/dump_traceback": stacks}.get(self.path)
             self.send_response(404 if body is None else status)
             if location:
                 self.send_header("Location", location)
@@ -47,6 +51,7 @@ def _worker(trace: bytes, stacks: bytes = STACK, *, status: int = 200, delay: fl
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.handle_error = lambda request, address: None  # a client that hung up on a too big answer
     threading.Thread(target=server.serve_forever, daemon=True).start()
     server.asked = Handler.asked
     return server
@@ -67,7 +72,7 @@ def test_a_hanging_set_is_fetched_kept_and_analysed_like_its_files(tmp_path, cap
     servers = [_worker((folder / f"trace_host-node{r // 2:02d}_{r}.json").read_bytes()) for r in range(4)]
     out = tmp_path / "snap"
 
-    code = main(["live", "--workers", *map(_url, servers), "-O", str(out)])
+    code = main(["live", "--workers", *map(_url, servers), "-O", str(out), "--interval", "0"])
 
     live = capsys.readouterr()
     assert code == 1
@@ -82,6 +87,32 @@ def test_a_hanging_set_is_fetched_kept_and_analysed_like_its_files(tmp_path, cap
     assert main(["-d", str(out)]) == 1 and capsys.readouterr().out.splitlines()[0] == from_files
 
 
+def _pair(name: str) -> list[list[bytes]]:
+    """Each rank's dumps of fixtures/pairs/NAME (a, then b) as the JSON a worker answers with."""
+    import pickle
+
+    folder = FIXTURES / "pairs" / name
+    return [[json.dumps(pickle.loads((folder / half / f"nccl_trace_rank_{r}").read_bytes())).encode() for half in "ab"]
+            for r in range(4)]
+
+
+@pytest.mark.parametrize("name,code,first", [
+    ("twice_healthy", 0, "PROGRESSING: all 4 ranks moved between A and B"),
+    ("twice_hang_rank2", 1, "DESYNC: rank 2 never joined"),
+], ids=["moving", "stuck"])
+def test_two_snapshots_tell_a_moving_job_from_a_stuck_one(name, code, first, tmp_path, capsys):
+    servers = [_worker(traces) for traces in _pair(name)]
+    out = tmp_path / "snap"
+
+    assert main(["live", "--workers", *map(_url, servers), "-O", str(out), "--interval", "0.2"]) == code
+
+    said = capsys.readouterr()
+    assert said.out.startswith(first), said.out
+    assert ("Between the two snapshots: " in said.out) == (code == 1)
+    assert sorted(p.name for p in out.iterdir()) == ["a", "b"] and "frtrace compare" in said.err
+    assert main(["compare", str(out / "a"), str(out / "b")]) == code
+
+
 def test_a_rank_that_does_not_answer_is_said_and_counted_as_a_rank_without_a_dump(tmp_path, capsys):
     folder = FIXTURES / "skip_rank2"
     import pickle
@@ -89,7 +120,7 @@ def test_a_rank_that_does_not_answer_is_said_and_counted_as_a_rank_without_a_dum
     dumps = {r: json.dumps(pickle.loads((folder / f"nccl_trace_rank_{r}").read_bytes())).encode() for r in (0, 1, 3)}
     urls = [_url(_worker(dumps[0])), _url(_worker(dumps[1])), f"http://127.0.0.1:{_closed_port()}", _url(_worker(dumps[3]))]
 
-    code = main(["live", "--workers", *urls, "-O", str(tmp_path / "snap"), "--timeout", "3"])
+    code = main(["live", "--workers", *urls, "-O", str(tmp_path / "snap"), "--timeout", "3", "--interval", "0"])
 
     said = capsys.readouterr()
     assert code == 1
@@ -122,7 +153,7 @@ def test_the_snapshot_is_a_new_folder_never_written_into(tmp_path, capsys):
     taken.mkdir()
     (taken / "notes.txt").write_text("mine")
     trace = (FIXTURES / "healthy_json" / "comm_lib_trace_rank_0.json").read_bytes()
-    assert main(["live", "--workers", _url(_worker(trace)), "-O", str(taken)]) == 2
+    assert main(["live", "--workers", _url(_worker(trace)), "-O", str(taken), "--interval", "0"]) == 2
     assert "already exists" in capsys.readouterr().err
     assert [p.name for p in taken.iterdir()] == ["notes.txt"] and len(list(tmp_path.iterdir())) == 1
 
@@ -135,7 +166,8 @@ def test_a_worker_address_is_http_host_port_or_a_usage_error(text):
 
 
 def test_no_rank_answering_is_a_connection_error(tmp_path, capsys):
-    assert main(["live", "--workers", f"127.0.0.1:{_closed_port()}", "-O", str(tmp_path / "s"), "--timeout", "2"]) == 2
+    assert main(["live", "--workers", f"127.0.0.1:{_closed_port()}", "-O", str(tmp_path / "s"), "--timeout", "2",
+                 "--interval", "0"]) == 2
     assert "no rank answered" in capsys.readouterr().err
 
 
@@ -184,8 +216,23 @@ def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it
     assert lines[0].startswith("DESYNC: rank 2 never joined all_reduce #4 of default_pg"), done.stdout
     assert lines[1].startswith("Now (the ranks' Python stacks): rank 2 at livejob.py:"), lines[1]
     assert lines[1].endswith("in _rank, in all_reduce (distributed_c10d.py)")
-    assert "snapshot of 4 of 4 ranks kept in" in done.stderr
-    assert "livejob.py" in (tmp_path / "snap" / "stacks" / "rank_2.txt").read_text()
+    assert lines[2].startswith("Between the two snapshots: STUCK: no rank moved between A and B"), lines[2]
+    assert "two snapshots 3 s apart kept in" in done.stderr and "(4 of 4 ranks;" in done.stderr
+    assert "livejob.py" in (tmp_path / "snap" / "b" / "stacks" / "rank_2.txt").read_text()
+
+
+@pytest.mark.process
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the real job needs torch (pip install 'frtrace[replay]')")
+@pytest.mark.skipif(not _resolves_own_name(), reason="the debug server's addresses name this host, which cannot resolve its name")
+def test_a_real_healthy_gloo_job_is_progressing(tmp_path):
+    job, port = _real_job("healthy", 4)
+    try:
+        done = _live(port, tmp_path / "snap", "--interval", "1")
+    finally:
+        os.killpg(job.pid, 9)
+        job.wait()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("PROGRESSING: all 4 ranks moved between A and B"), done.stdout
 
 
 def test_without_torch_the_store_cannot_be_read_and_it_says_how(tmp_path, capsys, monkeypatch):

@@ -416,6 +416,7 @@ class LiveOptions:
     world: int | None = None
     out_dir: str | None = None
     timeout: float = 10.0
+    interval: float = 3.0
     json_path: str | None = None
     jobs: int = 1
 
@@ -437,9 +438,14 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
                         help="the new folder to keep the snapshot in (default: frtrace-live-<date>-<time>)")
     parser.add_argument("--timeout", type=float, default=10.0, metavar="S",
                         help="seconds each rank has to answer (default 10)")
+    parser.add_argument("--interval", type=float, default=3.0, metavar="S",
+                        help="seconds between the two snapshots that tell a moving job from a stuck one (default 3; "
+                             "0: one snapshot)")
     parser.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here ('-' for stdout)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N", help="read the snapshot in N processes")
     args = parser.parse_args(argv)
+    if not 0 <= args.interval <= 3600:
+        raise UsageError(f"--interval must be between 0 and 3600 seconds, not {args.interval}")
     if not 0 < args.timeout <= 3600:
         raise UsageError(f"--timeout must be above 0 and at most 3600 seconds, not {args.timeout}")
     if args.jobs is not None and args.jobs < 1:
@@ -448,8 +454,8 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
         raise UsageError(f"--world must be between 1 and {1 << 20}, not {args.world}")
     if args.workers and args.world is not None and args.world != len(args.workers):
         raise UsageError(f"--world {args.world} but {len(args.workers)} --workers: give one address per rank")
-    return LiveOptions(tuple(args.workers or ()), args.store, args.world, args.out_dir, args.timeout, args.json_path,
-                       args.jobs or default_jobs())
+    return LiveOptions(tuple(args.workers or ()), args.store, args.world, args.out_dir, args.timeout, args.interval,
+                       args.json_path, args.jobs or default_jobs())
 
 
 def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
@@ -462,10 +468,16 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
     else:
         urls, missing = {rank: worker_url(text) for rank, text in enumerate(options.workers)}, {}
     out_dir = options.out_dir or time.strftime("frtrace-live-%Y%m%d-%H%M%S")
-    taken = time.time()
-    answers = sorted(fetch_all(urls, options.timeout) + [Answer(rank, "", None, None, why, 0.0) for rank, why in missing.items()],
-                     key=lambda a: a.rank)
-    write_snapshot(answers, out_dir, taken)
+    absent = [Answer(rank, "", None, None, why, 0.0) for rank, why in missing.items()]
+    snapshots = {}
+    for name in ("a", "b") if options.interval else ("",):
+        if name == "b":
+            time.sleep(options.interval)
+        taken = time.time()
+        snapshots[name] = (sorted(fetch_all(urls, options.timeout) + absent, key=lambda a: a.rank), taken)
+    write_snapshot(snapshots, out_dir)
+    later = os.path.join(out_dir, "b") if options.interval else out_dir
+    answers = snapshots["b" if options.interval else ""][0]
     silent = [a for a in answers if a.error is not None]
     for answer in silent:
         if answer.url:
@@ -473,11 +485,19 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
                   "its process may be gone or its host unreachable", file=err)
         else:
             print(f"frtrace: rank {answer.rank}: {answer.error}", file=err)
-    print(f"frtrace: snapshot of {len(answers) - len(silent)} of {len(answers)} ranks kept in {display_path(out_dir)} "
-          f"(frtrace -d {display_path(out_dir)} reads it again)", file=err)
+    kept = (f"two snapshots {options.interval:g} s apart kept in {display_path(out_dir)} ({len(answers) - len(silent)} of "
+            f"{len(answers)} ranks; frtrace -d {display_path(later)} reads the later, frtrace compare "
+            f"{display_path(os.path.join(out_dir, 'a'))} {display_path(later)} compares them)" if options.interval else
+            f"snapshot of {len(answers) - len(silent)} of {len(answers)} ranks kept in {display_path(out_dir)} "
+            f"(frtrace -d {display_path(out_dir)} reads it again)")
+    print(f"frtrace: {kept}", file=err)
     if len(silent) == len(answers):
         raise UsageError("no rank answered: check the worker addresses and that the job runs with the debug server on")
-    result = _analyzed_snapshot(out_dir, silent, options)
+    result = _analyzed_snapshot(later, silent, options)
+    moved = None
+    if options.interval:
+        earlier = _analyzed_snapshot(os.path.join(out_dir, "a"), [a for a in snapshots["a"][0] if a.error], options)
+        moved = _moved(earlier, result)
     stacks = {a.rank: a.stacks.decode("utf-8", "replace") for a in answers if a.stacks is not None}
     now = [f"rank {rank} {place}" for rank in result.culprit_ranks if rank in stacks and (place := where(stacks[rank]))]
     if options.json_path:
@@ -485,11 +505,23 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
             _printed(out, lambda: out.write(json.dumps(result.as_dict(), indent=2) + "\n"))
         else:
             result.write_json(options.json_path)
+    if moved is not None and moved.verdict == "progressing":
+        if options.json_path != "-":
+            _printed(out, lambda: out.write(f"{moved.headline}\n"))
+        return EXIT_CLEAN
     if options.json_path != "-":
         headline, _, rest = result.text().partition("\n")
         said = f"Now (the ranks' Python stacks): {'; '.join(now)}\n" if now else ""
+        said += f"Between the two snapshots: {moved.headline}\n" if moved is not None else ""
         _printed(out, lambda: out.write(f"{headline}\n{said}{rest}"))
-    return EXIT_CLEAN if result.verdict == "clean" else EXIT_FOUND
+    return EXIT_CLEAN if result.verdict == "clean" and moved is None else EXIT_FOUND
+
+
+def _moved(earlier, later):
+    """The two snapshots compared as frtrace compare does (the later's analysis decides who)."""
+    from .comparing.two_sets import compare_sets
+
+    return compare_sets(earlier.loaded.dumps, earlier.table, later.loaded.dumps, later.table, later.analysis)
 
 
 def _analyzed_snapshot(out_dir: str, silent, options: LiveOptions):

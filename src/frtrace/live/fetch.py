@@ -107,10 +107,27 @@ def fetch_all(urls: dict[int, str], timeout: float) -> list[Answer]:
         return [f.result() for f in futures]
 
 
-def write_snapshot(answers: list[Answer], out_dir: str, taken_at: float) -> None:
-    """The answers as a dump set in `out_dir`, which must not exist: `trace_rank_<R>.json` per rank
-    that answered, `stacks/rank_<R>.txt`, and `manifest.json` (URLs, times, who did not answer).
-    Written in a temporary folder beside it and renamed into place."""
+def _fill(folder: str, answers: list[Answer], taken_at: float) -> None:
+    os.mkdir(os.path.join(folder, "stacks"))
+    for answer in answers:
+        if answer.trace is not None:
+            with open(os.path.join(folder, f"trace_rank_{answer.rank}.json"), "xb") as handle:
+                handle.write(answer.trace)
+        if answer.stacks is not None:
+            with open(os.path.join(folder, "stacks", f"rank_{answer.rank}.txt"), "xb") as handle:
+                handle.write(answer.stacks)
+    manifest = {"taken_at": taken_at, "ranks": [
+        {"rank": a.rank, "url": a.url, "seconds": round(a.seconds, 3), "answered": a.error is None,
+         **({"error": a.error} if a.error else {})} for a in answers]}
+    with open(os.path.join(folder, "manifest.json"), "x") as handle:
+        json.dump(manifest, handle, indent=2)
+
+
+def write_snapshot(snapshots: dict[str, tuple[list[Answer], float]], out_dir: str) -> None:
+    """The answers as dump sets in `out_dir`, which must not exist: one snapshot in the folder
+    itself (name ""), several in subfolders by name. Each holds `trace_rank_<R>.json` per rank that
+    answered, `stacks/rank_<R>.txt`, and `manifest.json` (URLs, times, who did not answer). Written
+    in a temporary folder beside it and renamed into place: all of it or nothing."""
     if os.path.lexists(out_dir):
         raise OutputError(f"{display_path(out_dir)}: already exists; frtrace live writes a new folder, never into "
                           "one: give another -O")
@@ -120,19 +137,11 @@ def write_snapshot(answers: list[Answer], out_dir: str, taken_at: float) -> None
     except OSError as exc:
         raise OutputError(f"{display_path(out_dir)}: cannot create the snapshot folder ({exc.strerror})") from None
     try:
-        os.mkdir(os.path.join(temp, "stacks"))
-        for answer in answers:
-            if answer.trace is not None:
-                with open(os.path.join(temp, f"trace_rank_{answer.rank}.json"), "xb") as handle:
-                    handle.write(answer.trace)
-            if answer.stacks is not None:
-                with open(os.path.join(temp, "stacks", f"rank_{answer.rank}.txt"), "xb") as handle:
-                    handle.write(answer.stacks)
-        manifest = {"taken_at": taken_at, "ranks": [
-            {"rank": a.rank, "url": a.url, "seconds": round(a.seconds, 3), "answered": a.error is None,
-             **({"error": a.error} if a.error else {})} for a in answers]}
-        with open(os.path.join(temp, "manifest.json"), "x") as handle:
-            json.dump(manifest, handle, indent=2)
+        for name, (answers, taken_at) in snapshots.items():
+            folder = os.path.join(temp, name) if name else temp
+            if name:
+                os.mkdir(folder)
+            _fill(folder, answers, taken_at)
         os.rename(temp, out_dir)  # a folder that appeared meanwhile: refused unless empty
     except BaseException as exc:
         shutil.rmtree(temp, ignore_errors=True)
