@@ -202,10 +202,14 @@ def _resolves_own_name() -> bool:
 @pytest.mark.process
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the real job needs torch (pip install 'frtrace[replay]')")
 @pytest.mark.skipif(not _resolves_own_name(), reason="the debug server's addresses name this host, which cannot resolve its name")
-def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it_is_doing(tmp_path):
+@pytest.mark.parametrize("fault,now", [
+    ("skip", "in _rank, in all_reduce (distributed_c10d.py)"),  # blocked in its tp all_reduce
+    ("stall", "in _rank"),  # in compute: time.sleep has no Python frame
+])
+def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it_is_doing(fault, now, tmp_path):
     """4 gloo ranks with PyTorch's debug server on; rank 2 leaves out the world all_reduce the
-    others wait in, goes on to its tp all_reduce and waits there (tests/livejob.py)."""
-    job, port = _real_job("skip", 4)
+    others wait in and goes on to its tp all_reduce (skip), or sleeps before it (stall)."""
+    job, port = _real_job(fault, 4)
     try:
         done = _live(port, tmp_path / "snap")
     finally:
@@ -215,7 +219,7 @@ def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it
     lines = done.stdout.splitlines()
     assert lines[0].startswith("DESYNC: rank 2 never joined all_reduce #4 of default_pg"), done.stdout
     assert lines[1].startswith("Now (the ranks' Python stacks): rank 2 at livejob.py:"), lines[1]
-    assert lines[1].endswith("in _rank, in all_reduce (distributed_c10d.py)")
+    assert lines[1].endswith(now), lines[1]
     assert lines[2].startswith("Between the two snapshots: STUCK: no rank moved between A and B"), lines[2]
     assert "two snapshots 3 s apart kept in" in done.stderr and "(4 of 4 ranks;" in done.stderr
     assert "livejob.py" in (tmp_path / "snap" / "b" / "stacks" / "rank_2.txt").read_text()
