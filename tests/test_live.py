@@ -124,10 +124,35 @@ def test_a_rank_that_does_not_answer_is_said_and_counted_as_a_rank_without_a_dum
 
     said = capsys.readouterr()
     assert code == 1
-    assert said.out.startswith("DESYNC: rank 2 left no readable dump and ranks 0-1,3 wait for it"), said.out
+    assert said.out.startswith("DESYNC: rank 2 did not answer when frtrace live asked (the process may be gone or its host "
+                               "unreachable) and ranks 0-1,3 wait for it in all_reduce #10 of default_pg"), said.out
     assert f"frtrace: rank 2 ({urls[2]}) did not answer within 3 s" in said.err
     assert "snapshot of 3 of 4 ranks kept in" in said.err
     assert not (tmp_path / "snap" / "trace_rank_2.json").exists()
+    # read again later, the folder says the same: its manifest names the rank that did not answer
+    assert main(["-d", str(tmp_path / "snap"), "-v"]) == 1
+    again = capsys.readouterr()
+    assert again.out.splitlines()[0] == said.out.splitlines()[0]
+    assert "rank 2 did not answer frtrace live (" in again.err and "manifest.json" not in again.out + again.err
+    assert "stacks" not in again.out + again.err
+
+
+@pytest.mark.parametrize("manifest", [b"not json", b'{"ranks": [{"rank": "2", "answered": false}]}', b'{"ranks": 7}',
+                                      b'[' * 100_000, b'{"ranks": [{"rank": 2, "answered": false, "error": "\u001b[31m"}]}'],
+                         ids=["garbage", "rank-as-text", "not-a-list", "deep", "escape"])
+def test_a_manifest_that_is_not_one_changes_nothing_and_its_text_is_escaped(manifest, dump_dir, capsys):
+    from conftest import make_dump, ops
+
+    folder = dump_dir({r: make_dump(ops(3)) for r in range(2)}, fmt="json", prefix="trace_rank_")  # live's names
+    (folder / "manifest.json").write_bytes(manifest)
+    code = main(["-d", str(folder), "-v"])
+    said = capsys.readouterr()
+    assert "\x1b" not in said.out + said.err
+    if manifest.startswith(b'{"ranks": [{"rank": 2,'):  # a real manifest's shape: rank 2 is of the job, unread
+        assert code == 0 or "rank 2" in said.out + said.err
+        assert "\\x1b[31m" in said.err
+    else:
+        assert code == 0 and "manifest.json: ignored" in said.out
 
 
 def test_a_slow_rank_times_out_and_the_others_are_not_held_up(tmp_path, capsys):
@@ -263,3 +288,15 @@ def test_where_a_rank_is_comes_from_its_own_innermost_frame(text, said):
     from frtrace.live.stacks import where
 
     assert where(text) == said
+
+
+def test_a_manifest_that_is_a_fifo_or_a_link_is_never_opened_for_reading(dump_dir, capsys):
+    from conftest import make_dump, ops
+
+    folder = dump_dir({r: make_dump(ops(3)) for r in range(2)}, fmt="json", prefix="trace_rank_")
+    os.mkfifo(folder / "manifest.json")  # reading it would wait forever
+    assert main(["-d", str(folder)]) == 0
+    os.unlink(folder / "manifest.json")
+    (folder / "elsewhere.json").write_text('{"ranks": [{"rank": 2, "answered": false}]}')
+    os.symlink(folder / "elsewhere.json", folder / "manifest.json")
+    assert main(["-d", str(folder)]) == 0 and "rank 2" not in capsys.readouterr().err

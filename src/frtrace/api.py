@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from .reading.anchor import anchor_relative_seqs
 from .reading.archive import is_archive, unpacked
 from .builder import build_database, write_database
-from .reading.discover import Discovery, find_dump_files
+from .reading.discover import UNANSWERED, Discovery, find_dump_files
 from .errors import UsageError, display_path, printable
 from .reading.groups import GroupTable, resolve_groups
 from .loader import load_dumps
@@ -199,7 +199,9 @@ def _write_trace(handle, path: str, analysis, dumps, table, limit: int | None, l
 def analyzed(loaded: LoadResult, table: GroupTable, trace_dir: str, inputs: frozenset[tuple[int, int]]) -> Result:
     """The set's collectives aligned and its verdict reached."""
     anchoring = anchor_relative_seqs(loaded.dumps, table)
-    return Result(loaded, table, analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring), trace_dir, inputs)
+    unanswered = frozenset(rank for rank, why in loaded.unread.items() if UNANSWERED in why)
+    return Result(loaded, table, analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring, unanswered=unanswered),
+                  trace_dir, inputs)
 
 
 def analyze_dumps(path: str | os.PathLike, *, prefix: str | None = None, jobs: int | None = None,

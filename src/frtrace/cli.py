@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import io
 import json
 import os
 import shutil
@@ -15,11 +14,11 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .api import analyzed, default_jobs, discovered, load_set, read_set, requested_output, stage_output
+from .api import analyze_dumps, analyzed, default_jobs, discovered, load_set, read_set, requested_output, stage_output
 from .reading.anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .matcher import analyze, format_ranks
@@ -493,11 +492,8 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
     print(f"frtrace: {kept}", file=err)
     if len(silent) == len(answers):
         raise UsageError("no rank answered: check the worker addresses and that the job runs with the debug server on")
-    result = _analyzed_snapshot(later, silent, options)
-    moved = None
-    if options.interval:
-        earlier = _analyzed_snapshot(os.path.join(out_dir, "a"), [a for a in snapshots["a"][0] if a.error], options)
-        moved = _moved(earlier, result)
+    result = analyze_dumps(later, jobs=options.jobs)  # the manifest says who did not answer (reading/discover.py)
+    moved = _moved(analyze_dumps(os.path.join(out_dir, "a"), jobs=options.jobs), result) if options.interval else None
     stacks = {a.rank: a.stacks.decode("utf-8", "replace") for a in answers if a.stacks is not None}
     now = [f"rank {rank} {place}" for rank in result.culprit_ranks if rank in stacks and (place := where(stacks[rank]))]
     if options.json_path:
@@ -522,20 +518,6 @@ def _moved(earlier, later):
     from .comparing.two_sets import compare_sets
 
     return compare_sets(earlier.loaded.dumps, earlier.table, later.loaded.dumps, later.table, later.analysis)
-
-
-def _analyzed_snapshot(out_dir: str, silent, options: LiveOptions):
-    """The snapshot read as a dump set, where each rank that did not answer counts as a rank of the
-    job whose dump could not be read: others may wait for it."""
-    from .reading.discover import DumpFile
-
-    with discovered(out_dir, None) as discovery:
-        unread = tuple((DumpFile(os.path.join(out_dir, f"trace_rank_{a.rank}.json"), a.rank, "trace_rank_", "json",
-                                 where=f"trace_rank_{a.rank}.json"),
-                        f"rank {a.rank} did not answer within {options.timeout:g} s ({a.error})") for a in silent)
-        discovery = replace(discovery, unread=discovery.unread + unread)
-        loaded, table = load_set(discovery, out_dir, None, io.StringIO(), jobs=options.jobs)
-    return analyzed(loaded, table, out_dir, discovery.identities)
 
 
 @dataclass(frozen=True, slots=True)

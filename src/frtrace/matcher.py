@@ -24,13 +24,15 @@ from .analysis.waitgraph import WaitGraph, blocker_of, match_p2p
 __all__ = ["analyze", "format_ranks"]
 
 
-def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = (), anchoring: Anchoring | None = None) -> Analysis:
+def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = (), anchoring: Anchoring | None = None,
+            unanswered: frozenset[int] = frozenset()) -> Analysis:
     """Match the collectives of every group across its ranks and name the culprit of a desync.
 
     `notes` are earlier layers' remarks, carried into Analysis.warnings. `anchoring` says how
     the seq ids of process-wide counters were lined up (anchor.py): groups numbered from the
     oldest op held are never compared with their siblings by number, and where a group could
     not be lined up the verdict is inconclusive, whatever the (unreliable) matching finds.
+    `unanswered`: ranks without a dump because they did not answer frtrace live (said so).
     """
     anchoring = anchoring or Anchoring()
     notes = [*notes, *anchoring.notes, *table.warnings]
@@ -85,6 +87,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
 
     blockers = {rank: blocker_of(dumps[rank], tracks_by_rank[rank], views, table, tracking[rank]) for rank in dumps}
     graph = WaitGraph(views, blockers, unmatched, dumps, tracking)
+    graph.unanswered = unanswered
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
 

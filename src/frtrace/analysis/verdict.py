@@ -300,7 +300,7 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
         other = "recv" if blocker.p2p and blocker.p2p.kind == "send" else "send"
         text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"
     elif all(r not in dumps for r in ranks):
-        return (f"{subject} left no readable dump and {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} "
+        return (f"{subject} {graph.no_dump(ranks)} and {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} "
                 f"for {by_number(ranks, 'it', 'them')} in {blocker.describe()}: "
                 f"{by_number(ranks, 'it is', 'they are')} the prime suspect")
     else:
@@ -311,7 +311,7 @@ def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
     for rank in ranks:
         own = blockers.get(rank)
         if rank not in dumps:
-            clause = "{who} left no readable dump"
+            clause = "{who} " + graph.no_dump([rank])
         elif own is None:
             clause = ("{who} {is} in no collective (all {its} ops completed)" if graph.tracking.get(rank) else
                       "{who} {has} an empty buffer (no op in flight, or none recorded)")

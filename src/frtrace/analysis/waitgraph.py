@@ -331,6 +331,7 @@ class WaitGraph:
         self._everyones_votes: dict[tuple, list[int]] = {}  # (op, op) -> the votes of every rank that issued both
         self.undecided_behind: list[str] = []  # what no strong rule decides beside a decided culprit
         self._unordered: set[int] = set()  # blocked ranks awaited in another op, of which nothing tells the order
+        self.unanswered: frozenset[int] = frozenset()  # ranks with no dump because they did not answer frtrace live
         # gloo records no send or recv: a rank that waits for nobody may wait in one (a pipeline stage)
         self.p2p_unrecorded = bool(dumps) and all(d.entries.from_gloo for d in dumps.values() if len(d.entries))
         for rank, blocker in blockers.items():
@@ -937,11 +938,17 @@ class WaitGraph:
                                     f"{ranks_word(missing)} never issued it, though {ranks_word(issuers)} did and nobody is waiting in it"))
         return findings
 
+    def no_dump(self, ranks) -> str:
+        """Why the ranks have no dump, in words."""
+        if all(r in self.unanswered for r in ranks):
+            return "did not answer when frtrace live asked (the process may be gone or its host unreachable)"
+        return "left no readable dump"
+
     def _unseen(self, ranks, group: Group) -> str:
         """Why ranks may not have issued an op of `group`: no dump, or a buffer that wrapped past the group."""
         no_dump = [r for r in ranks if r not in self.dumps]
         wrapped = [r for r in ranks if r in self.dumps]
-        parts = [f"{ranks_word(no_dump)} left no readable dump"] if no_dump else []
+        parts = [f"{ranks_word(no_dump)} {self.no_dump(no_dump)}"] if no_dump else []
         if wrapped:
             parts.append(f"{ranks_word(wrapped)} {by_number(wrapped, 'holds', 'hold')} no op of {group.label} "
                          "(the buffer wrapped past it)")

@@ -7,12 +7,13 @@ must not stretch the job to a hundred or twenty million ranks.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
 from dataclasses import dataclass, field, replace
 
-from ..errors import UsageError, display_path
+from ..errors import UsageError, display_path, printable
 from .limits import MAX_DUMP_BYTES, MAX_RANK
 from ..types import SkippedFile
 
@@ -216,7 +217,42 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
             found.empty.append(dump_file)
         else:
             found.sniffed(dump_file, head)
+    _live_snapshot(directory, found)
     return finish(found, prefix is not None)
+
+
+MAX_MANIFEST_BYTES = 16 << 20
+UNANSWERED = "did not answer frtrace live"  # the reason a snapshot's silent rank is unread (api.analyzed reads it)  # a snapshot of a million ranks' addresses and times
+
+
+def _live_snapshot(directory: str, found: Found) -> None:
+    """A folder `frtrace live` wrote (its manifest.json lists the ranks it asked): the manifest and
+    the stacks/ folder are its own, not stray files, and a rank that did not answer is a rank of the
+    job whose dump could not be read, with why."""
+    path = os.path.join(directory, "manifest.json")
+    try:  # a regular file only, never a link, a FIFO or a device: opened without waiting
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            raw = handle.read(MAX_MANIFEST_BYTES + 1) if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else b""
+        manifest = json.loads(raw) if 0 < len(raw) <= MAX_MANIFEST_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return
+    ranks = manifest.get("ranks") if isinstance(manifest, dict) else None
+    if not isinstance(ranks, list) or not ranks or not all(
+            isinstance(r, dict) and type(r.get("rank")) is int and 0 <= r["rank"] <= MAX_RANK and type(r.get("answered")) is bool
+            for r in ranks):
+        return
+    own = display_path(path), display_path(os.path.join(directory, "stacks")) + os.sep
+    found.ignored = [item for item in found.ignored if item.path != own[0] and not item.path.startswith(own[1])]
+    for entry in ranks:
+        if not entry["answered"]:
+            rank, why = entry["rank"], printable(str(entry.get("error") or "no answer"))[:200]
+            name = f"trace_rank_{rank}.json"
+            found.unreadable.append((placed(os.path.join(directory, name), name, ("trace_rank_", rank, "json", f"trace_rank_{rank}")),
+                                     f"rank {rank} {UNANSWERED} ({why}); its process may be gone or its host unreachable"))
 
 
 def finish(found: Found, prefix_given: bool = False) -> Discovery:
