@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..errors import OutputError, UsageError, display_path, printable
+from ..reading.discover import SNAPSHOT_MANIFEST, SNAPSHOT_STACKS, snapshot_dump_name
 
 HANDLERS = {"trace": "fr_trace_json", "stacks": "dump_traceback"}
 MAX_TRACE_BYTES = 128 << 20  # a 2000-entry recorder with stacks is a few MB; 32 at once stay in memory
@@ -108,18 +109,18 @@ def fetch_all(urls: dict[int, str], timeout: float) -> list[Answer]:
 
 
 def _fill(folder: str, answers: list[Answer], taken_at: float) -> None:
-    os.mkdir(os.path.join(folder, "stacks"))
+    os.mkdir(os.path.join(folder, SNAPSHOT_STACKS))
     for answer in answers:
         if answer.trace is not None:
-            with open(os.path.join(folder, f"trace_rank_{answer.rank}.json"), "xb") as handle:
+            with open(os.path.join(folder, snapshot_dump_name(answer.rank)), "xb") as handle:
                 handle.write(answer.trace)
         if answer.stacks is not None:
-            with open(os.path.join(folder, "stacks", f"rank_{answer.rank}.txt"), "xb") as handle:
+            with open(os.path.join(folder, SNAPSHOT_STACKS, f"rank_{answer.rank}.txt"), "xb") as handle:
                 handle.write(answer.stacks)
     manifest = {"taken_at": taken_at, "ranks": [
         {"rank": a.rank, "url": a.url, "seconds": round(a.seconds, 3), "answered": a.error is None,
          **({"error": a.error} if a.error else {})} for a in answers]}
-    with open(os.path.join(folder, "manifest.json"), "x") as handle:
+    with open(os.path.join(folder, SNAPSHOT_MANIFEST), "x") as handle:
         json.dump(manifest, handle, indent=2)
 
 

@@ -221,15 +221,22 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
     return finish(found, prefix is not None)
 
 
-MAX_MANIFEST_BYTES = 16 << 20
-UNANSWERED = "did not answer frtrace live"  # the reason a snapshot's silent rank is unread (api.analyzed reads it)  # a snapshot of a million ranks' addresses and times
+MAX_MANIFEST_BYTES = 16 << 20  # a snapshot of a million ranks' addresses and times
+UNANSWERED = "did not answer frtrace live"  # the reason a snapshot's silent rank is unread (api.analyzed reads it)
+# a snapshot folder as frtrace live writes it (live/fetch.py) and this module reads it back
+SNAPSHOT_MANIFEST = "manifest.json"
+SNAPSHOT_STACKS = "stacks"
+
+
+def snapshot_dump_name(rank: int) -> str:
+    return f"trace_rank_{rank}.json"
 
 
 def _live_snapshot(directory: str, found: Found) -> None:
     """A folder `frtrace live` wrote (its manifest.json lists the ranks it asked): the manifest and
     the stacks/ folder are its own, not stray files, and a rank that did not answer is a rank of the
     job whose dump could not be read, with why."""
-    path = os.path.join(directory, "manifest.json")
+    path = os.path.join(directory, SNAPSHOT_MANIFEST)
     try:  # a regular file only, never a link, a FIFO or a device: opened without waiting
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
@@ -245,13 +252,13 @@ def _live_snapshot(directory: str, found: Found) -> None:
             isinstance(r, dict) and type(r.get("rank")) is int and 0 <= r["rank"] <= MAX_RANK and type(r.get("answered")) is bool
             for r in ranks):
         return
-    own = display_path(path), display_path(os.path.join(directory, "stacks")) + os.sep
+    own = display_path(path), display_path(os.path.join(directory, SNAPSHOT_STACKS)) + os.sep
     found.ignored = [item for item in found.ignored if item.path != own[0] and not item.path.startswith(own[1])]
     for entry in ranks:
         if not entry["answered"]:
             rank, why = entry["rank"], printable(str(entry.get("error") or "no answer"))[:200]
-            name = f"trace_rank_{rank}.json"
-            found.unreadable.append((placed(os.path.join(directory, name), name, ("trace_rank_", rank, "json", f"trace_rank_{rank}")),
+            name = snapshot_dump_name(rank)
+            found.unreadable.append((placed(os.path.join(directory, name), name, split_name(name, None)),
                                      f"rank {rank} {UNANSWERED} ({why}); its process may be gone or its host unreachable"))
 
 
