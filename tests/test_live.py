@@ -300,3 +300,14 @@ def test_a_manifest_that_is_a_fifo_or_a_link_is_never_opened_for_reading(dump_di
     (folder / "elsewhere.json").write_text('{"ranks": [{"rank": 2, "answered": false}]}')
     os.symlink(folder / "elsewhere.json", folder / "manifest.json")
     assert main(["-d", str(folder)]) == 0 and "rank 2" not in capsys.readouterr().err
+
+
+def test_the_two_snapshots_compared_later_say_who_did_not_answer(tmp_path, capsys):
+    """frtrace compare reads the snapshots' manifests as frtrace -d does: a silent rank is one."""
+    traces = _pair("twice_hang_rank2")
+    urls = [_url(_worker(traces[r])) if r != 2 else f"http://127.0.0.1:{_closed_port()}" for r in range(4)]
+    out = tmp_path / "snap"
+    assert main(["live", "--workers", *urls, "-O", str(out), "--interval", "0.2", "--timeout", "3"]) == 1
+    capsys.readouterr()
+    assert main(["compare", str(out / "a"), str(out / "b")]) == 1
+    assert "B's own analysis: DESYNC: rank 2 did not answer when frtrace live asked" in capsys.readouterr().out

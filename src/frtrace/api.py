@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TextIO
 
-from .reading.anchor import anchor_relative_seqs
+from .reading.anchor import Anchoring, anchor_relative_seqs
 from .reading.archive import is_archive, unpacked
 from .builder import build_database, write_database
 from .reading.discover import UNANSWERED, Discovery, find_dump_files
@@ -196,12 +196,18 @@ def _write_trace(handle, path: str, analysis, dumps, table, limit: int | None, l
         write_chrome_trace(analysis, dumps, table, handle, limit, last)
 
 
-def analyzed(loaded: LoadResult, table: GroupTable, trace_dir: str, inputs: frozenset[tuple[int, int]]) -> Result:
-    """The set's collectives aligned and its verdict reached."""
-    anchoring = anchor_relative_seqs(loaded.dumps, table)
+def analysis_of(loaded: LoadResult, table: GroupTable, anchoring: Anchoring | None = None) -> Analysis:
+    """The set's collectives aligned and its verdict reached (its seq ids lined up first, unless
+    `anchoring` says how they were); a live snapshot's silent ranks are said to be so."""
+    if anchoring is None:
+        anchoring = anchor_relative_seqs(loaded.dumps, table)
     unanswered = frozenset(rank for rank, why in loaded.unread.items() if UNANSWERED in why)
-    return Result(loaded, table, analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring, unanswered=unanswered),
-                  trace_dir, inputs)
+    return analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring, unanswered=unanswered)
+
+
+def analyzed(loaded: LoadResult, table: GroupTable, trace_dir: str, inputs: frozenset[tuple[int, int]]) -> Result:
+    """The set analysed (analysis_of), as a Result."""
+    return Result(loaded, table, analysis_of(loaded, table), trace_dir, inputs)
 
 
 def analyze_dumps(path: str | os.PathLike, *, prefix: str | None = None, jobs: int | None = None,

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .api import analyze_dumps, analyzed, default_jobs, discovered, load_set, read_set, requested_output, stage_output
+from .api import analysis_of, analyze_dumps, analyzed, default_jobs, discovered, load_set, read_set, requested_output, stage_output
 from .reading.anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
-from .matcher import analyze, format_ranks
+from .matcher import format_ranks
 from .outputs.commit import Outputs, plan_outputs, resolved
 from .outputs.report import render_entries
 from .outputs.timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks
@@ -580,7 +580,7 @@ def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
     if difference:
         raise UsageError(f"{a} and {b} are not one job dumped twice: {difference}; compare two dump sets of one job, "
                          "the earlier first")
-    analysis_b = analyze(loaded_b.dumps, table_b, notes=loaded_b.notes, anchoring=anchoring_b)
+    analysis_b = analysis_of(loaded_b, table_b, anchoring_b)
     comparison = compare_sets(loaded_a.dumps, table_a, loaded_b.dumps, table_b, analysis_b)
     if same_set(loaded_a.dumps, loaded_b.dumps):  # a hung gloo job dumped twice is so too: said, not refused
         comparison.headline += ("; every rank's dump is the same in A and B, record for record: if B is not a copy of A "
@@ -637,7 +637,7 @@ def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
         raise UsageError(f"{display_path(options.out_dir)}: exists and is not an empty folder; frtrace replay never writes "
                          "over anything: choose a new folder")
     loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs)
-    analysis = analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchor_relative_seqs(loaded.dumps, table))
+    analysis = analysis_of(loaded, table)
     plan = build_plan(loaded.dumps, table, analysis, options.mode)
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
