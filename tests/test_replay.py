@@ -248,3 +248,8 @@ def test_a_rank_launched_by_torchrun_says_its_failure_on_the_terminal_not_in_its
     done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(out), "--timeout", "2", "--dumps", str(out / "again")],
                           capture_output=True, text=True, timeout=120, env=torchrun_env())
     assert done.returncode == 0 and "replay of rank 0 done" in done.stdout, done.stderr
+
+
+def test_replay_refuses_a_jobs_count_below_one(tmp_path, capsys):
+    assert main(["replay", str(FIXTURES / "skip_rank2"), "-o", str(tmp_path / "plan"), "--jobs", "-1"]) == 2
+    assert "--jobs must be at least 1, not -1" in capsys.readouterr().err and not (tmp_path / "plan").exists()

@@ -110,6 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _jobs(value: int | None) -> int:
+    """--jobs as given (at least 1), else the CPUs this process may use."""
+    if value is not None and value < 1:
+        raise UsageError(f"--jobs must be at least 1, not {value}")
+    return value or default_jobs()
+
+
 def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Options:
     """Options from argv; UsageError for arguments that cannot work together or would be ignored."""
     parser = build_parser()
@@ -144,8 +151,7 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
     for flag, value in (("--trace-ranks", args.trace_ranks), ("--trace-last", args.trace_last)):
         if value is not None and value != "all" and value < (0 if flag == "--trace-ranks" else 1):
             raise UsageError(f"{flag} must be {'0 or more' if flag == '--trace-ranks' else 'at least 1'}, not {value}")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    jobs = _jobs(args.jobs)
     if args.output == "-":
         raise UsageError("-o writes a binary pickle; give a file name, not '-'")
     return Options(
@@ -163,7 +169,7 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         ft_group_world_size=args.group_world_size if args.transform_ft else None,
         strict=args.strict,
         progress=stderr_is_tty,
-        jobs=args.jobs or default_jobs(),
+        jobs=jobs,
         chrome_trace=args.chrome_trace,
         trace_ranks=None if args.trace_ranks == "all" else args.trace_ranks,
         trace_every_rank=args.trace_ranks == "all",
@@ -447,14 +453,13 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
         raise UsageError(f"--interval must be between 0 and 3600 seconds, not {args.interval}")
     if not 0 < args.timeout <= 3600:
         raise UsageError(f"--timeout must be above 0 and at most 3600 seconds, not {args.timeout}")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
+    jobs = _jobs(args.jobs)
     if args.world is not None and not 0 < args.world <= 1 << 20:
         raise UsageError(f"--world must be between 1 and {1 << 20}, not {args.world}")
     if args.workers and args.world is not None and args.world != len(args.workers):
         raise UsageError(f"--world {args.world} but {len(args.workers)} --workers: give one address per rank")
     return LiveOptions(tuple(args.workers or ()), args.store, args.world, args.out_dir, args.timeout, args.interval,
-                       args.json_path, args.jobs or default_jobs())
+                       args.json_path, jobs)
 
 
 def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
@@ -547,10 +552,8 @@ def parse_compare(argv: Sequence[str]) -> CompareOptions:
     args = parser.parse_args(argv)
     if args.head < 1:
         raise UsageError(f"--head must be at least 1, not {args.head}")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     return CompareOptions(args.earlier, args.later, args.prefix, args.timing, args.head, args.json_path,
-                          args.jobs or default_jobs())
+                          _jobs(args.jobs))
 
 
 def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
@@ -620,7 +623,7 @@ def parse_replay(argv: Sequence[str]) -> ReplayOptions:
                        help="every rank runs a healthy rank's program on its own groups: the culprit's deviation is gone")
     parser.add_argument("--jobs", type=int, default=None, metavar="N", help="read dump files in N processes")
     args = parser.parse_args(argv)
-    return ReplayOptions(args.trace_dir, args.out_dir, args.mode or "as-recorded", args.prefix, args.jobs or default_jobs())
+    return ReplayOptions(args.trace_dir, args.out_dir, args.mode or "as-recorded", args.prefix, _jobs(args.jobs))
 
 
 def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
