@@ -327,6 +327,7 @@ class WaitGraph:
         self.ran_ahead: dict[tuple, tuple[int, ...]] = {}  # op key -> the ranks that issued it alone
         self._groups_by_rank: dict[tuple[int, str], Group] | None = None
         self._buffers: dict[int, _Buffer] = {}  # rank -> its buffer as op classes, read on first use
+        self._steps: dict[int, tuple | None] = {}  # rank -> _step_of, read on first use
         self._awaiting: defaultdict[int, list[tuple]] | None = None  # rank -> the ops waiting for it
         self._everyones_votes: dict[tuple, list[int]] = {}  # (op, op) -> the votes of every rank that issued both
         self.undecided_behind: list[str] = []  # what no strong rule decides beside a decided culprit
@@ -632,8 +633,17 @@ class WaitGraph:
         if all(w is not None and _in_step(self._buffer(rank), blocked, w) for w in wanted):
             return True
         # or its buffer repeats one step op for op, which holds those ops, and it follows that step
-        on_step = _on_step(self._buffer(rank), blocker.entry.index)
+        on_step = self._step_of(rank)
         return on_step is not None and all(w in on_step[0] for w in wanted)
+
+    def _step_of(self, rank: int) -> tuple[tuple, tuple, tuple] | None:
+        """The step the rank's buffer repeats, where it follows it up to the op it is blocked in
+        (_on_step); read once per rank."""
+        if rank not in self._steps:
+            blocker = self.blockers.get(rank)
+            self._steps[rank] = (None if blocker is None or rank not in self.dumps
+                                 else _on_step(self._buffer(rank), blocker.entry.index))
+        return self._steps[rank]
 
     def _buffer(self, rank: int) -> _Buffer:
         if rank not in self._buffers:
@@ -756,11 +766,7 @@ class WaitGraph:
         follows, up to the op it is blocked in, the step its own buffer repeats (_on_step), that one
         left it: (it, the op awaiting it, the others). None where two or more show nothing (or
         none: every rank where its program has it, a deadlock of the program itself)."""
-        unshown = []
-        for rank in sorted(cycle_ranks):
-            blocker = self.blockers.get(rank)
-            if blocker is None or rank not in self.dumps or _on_step(self._buffer(rank), blocker.entry.index) is None:
-                unshown.append(rank)
+        unshown = [rank for rank in sorted(cycle_ranks) if self._step_of(rank) is None]
         if len(unshown) != 1:
             return None
         rank = unshown[0]
