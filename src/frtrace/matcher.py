@@ -86,8 +86,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     notes.extend(p2p_notes)
 
     blockers = {rank: blocker_of(dumps[rank], tracks_by_rank[rank], views, table, tracking[rank]) for rank in dumps}
-    graph = WaitGraph(views, blockers, unmatched, dumps, tracking)
-    graph.unanswered = unanswered
+    graph = WaitGraph(views, blockers, unmatched, dumps, tracking, unanswered)
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
 

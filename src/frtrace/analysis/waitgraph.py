@@ -313,7 +313,7 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
 class WaitGraph:
     """Who waits for whom: rank -> the op it is blocked in -> the members that never issued it."""
 
-    def __init__(self, views, blockers, unmatched, dumps, tracking) -> None:
+    def __init__(self, views, blockers, unmatched, dumps, tracking, unanswered: frozenset[int] = frozenset()) -> None:
         self.views = views
         self.blockers: dict[int, Blocker | None] = blockers
         self.dumps = dumps
@@ -332,7 +332,7 @@ class WaitGraph:
         self._everyones_votes: dict[tuple, list[int]] = {}  # (op, op) -> the votes of every rank that issued both
         self.undecided_behind: list[str] = []  # what no strong rule decides beside a decided culprit
         self._unordered: set[int] = set()  # blocked ranks awaited in another op, of which nothing tells the order
-        self.unanswered: frozenset[int] = frozenset()  # ranks with no dump because they did not answer frtrace live
+        self.unanswered = unanswered  # ranks with no dump because they did not answer frtrace live
         # gloo records no send or recv: a rank that waits for nobody may wait in one (a pipeline stage)
         self.p2p_unrecorded = bool(dumps) and all(d.entries.from_gloo for d in dumps.values() if len(d.entries))
         for rank, blocker in blockers.items():
