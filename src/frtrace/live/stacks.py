@@ -38,11 +38,11 @@ def where(text: str) -> str | None:
         if own is None:
             continue
         filename, line, function = own
-        text = f"at {printable(_short(filename))}:{line} in {printable(function)}"
+        said = f"at {printable(_short(filename))}:{line} in {printable(function)}"
         inner = frames[0]
         if inner is not own:
-            text += f", in {printable(inner[2])} ({printable(_short(inner[0]))})"
-        return text
+            said += f", in {printable(inner[2])} ({printable(_short(inner[0]))})"
+        return said
     return None
 
 
