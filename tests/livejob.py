@@ -3,8 +3,10 @@
     python tests/livejob.py FAULT WORLD PORT   # spawned by tests/test_live.py; runs until killed
 
 Every rank runs three steps of tp, dp and world all_reduces, then FAULT: "skip" (rank 2 leaves out
-the last world all_reduce and sleeps), "stall" (rank 2 sleeps before it: in compute), "healthy"
-(every rank goes on stepping). Each rank starts the debug server's worker after
+the last world all_reduce and sleeps), "stall" (rank 2 sleeps before it: in compute), "die" (rank 2's
+process ends before it, with status 0 so that the launcher keeps the others running; they wait in it
+until gloo sees the closed connection, then sleep, as NCCL ranks wait for a dead peer until the
+watchdog's timeout), "healthy" (every rank goes on stepping). Each rank starts the debug server's worker after
 init_process_group; its URL is in the job's store (MASTER_ADDR:MASTER_PORT) under
 debug_server/rank<R>. The process groups' timeout is an hour: the hang lasts until the test ends it.
 """
@@ -35,11 +37,18 @@ def _rank(rank: int, world: int, port: int, fault: str) -> None:
         steps += 1
         dist.all_reduce(t, group=tp[rank // 2])
         dist.all_reduce(t, group=dp[rank % 2])
-        if steps > 3 and rank == 2 and fault in ("skip", "stall"):
+        if steps > 3 and rank == 2 and fault in ("skip", "stall", "die"):
+            if fault == "die":
+                os._exit(0)
             if fault == "skip":
                 dist.all_reduce(t, group=tp[rank // 2])  # goes on without the world all_reduce
             time.sleep(3600)
-        dist.all_reduce(t)
+        try:
+            dist.all_reduce(t)
+        except RuntimeError:  # gloo: "Connection closed by peer" once rank 2 is gone
+            if fault != "die":
+                raise
+            time.sleep(3600)
         if fault == "healthy":
             time.sleep(0.02)
         elif steps > 3:

@@ -26,10 +26,14 @@ from frtrace.live import fetch
 STACK = b'Thread 0x00007f (most recent call first):\n  File "train.py", line 88 in load_batch\n'
 
 
+NCCL = "/handler/dump_nccl_trace_json?includecollectives=true&onlyactive=false"
+
+
 def _worker(trace: bytes | list[bytes], stacks: bytes = STACK, *, status: int = 200, delay: float = 0.0,
-            location: str | None = None):
-    """A debug-server worker on loopback that answers the two handlers frtrace asks for (a list of
-    traces: one after the other, the last one from then on)."""
+            location: str | None = None, nccl: bytes | None = None):
+    """A debug-server worker on loopback that answers the handlers frtrace asks for (a list of
+    traces: one after the other, the last one from then on); without `nccl`, as a CPU build does,
+    HTTP 404 for the NCCL recorder."""
     traces = list(trace) if isinstance(trace, list) else [trace]
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -38,8 +42,12 @@ def _worker(trace: bytes | list[bytes], stacks: bytes = STACK, *, status: int = 
         def do_POST(self):
             Handler.asked.append(self.path)
             time.sleep(delay)
-            now = traces.pop(0) if len(traces) > 1 else traces[0]
-            body = {"/handler/fr_trace_json": now, "/handler/dump_traceback": stacks}.get(self.path)
+            if self.path == NCCL:
+                body = nccl
+            elif self.path == "/handler/fr_trace_json":
+                body = traces.pop(0) if len(traces) > 1 else traces[0]
+            else:
+                body = {"/handler/dump_traceback": stacks}.get(self.path)
             self.send_response(404 if body is None else status)
             if location:
                 self.send_header("Location", location)
@@ -83,17 +91,57 @@ def test_a_hanging_set_is_fetched_kept_and_analysed_like_its_files(tmp_path, cap
     assert (out / "stacks" / "rank_3.txt").read_bytes() == STACK
     manifest = json.loads((out / "manifest.json").read_text())
     assert [r["answered"] for r in manifest["ranks"]] == [True] * 4
-    assert all(s.asked == ["/handler/fr_trace_json", "/handler/dump_traceback"] for s in servers)  # only what it needs
+    assert all(s.asked == ["/handler/fr_trace_json", "/handler/dump_traceback", NCCL] for s in servers)  # only what it needs
     assert main(["-d", str(out)]) == 1 and capsys.readouterr().out.splitlines()[0] == from_files
+
+
+EMPTY_RECORDER = b'{"comm_lib_version":"","nccl_comm_state":{},"pg_config":{},"pg_status":{},"version":"2.10"}'  # 2.15, measured
+
+
+def _as_json(path: Path) -> bytes:
+    import pickle
+
+    return json.dumps(pickle.loads(path.read_bytes())).encode()
+
+
+def test_a_gpu_job_s_nccl_recorder_is_its_dump_and_gloo_s_is_kept_beside_it(tmp_path, capsys):
+    """CUDA builds keep NCCL's ops in a recorder of their own (dump_nccl_trace_json); ranks 0-3 also
+    ran gloo groups, whose ops are in the backend-neutral one (fr_trace_json): never mixed in."""
+    gpu, cpu = FIXTURES / "synthetic_gpu_never_reached_rank3", FIXTURES / "healthy_json"
+    servers = [_worker((cpu / f"comm_lib_trace_rank_{r}.json").read_bytes() if r < 4 else EMPTY_RECORDER,
+                       nccl=_as_json(gpu / f"nccl_trace_rank_{r}")) for r in range(8)]
+    out = tmp_path / "snap"
+    assert main(["-d", str(gpu)]) == 1
+    from_files = capsys.readouterr().out.splitlines()[0]
+
+    assert main(["live", "--workers", *map(_url, servers), "-O", str(out), "--interval", "0"]) == 1
+
+    live = capsys.readouterr()
+    assert live.out.splitlines()[0] == from_files, live.out
+    assert "ranks 0-3: the dumps are the NCCL recorders" in live.err and "fr_trace_json" in live.err
+    ranks = json.loads((out / "manifest.json").read_text())["ranks"]
+    assert {r["recorder"] for r in ranks} == {"dump_nccl_trace_json"}
+    assert [r["rank"] for r in ranks if "other_recorder" in r] == [0, 1, 2, 3]
+    assert main(["-d", str(out)]) == 1 and capsys.readouterr().out.splitlines()[0] == from_files
+    assert main(["-d", str(out / "fr_trace_json")]) == 0  # gloo's own ops: a healthy set of its own
+
+
+def test_a_gloo_job_on_a_cuda_build_keeps_its_backend_neutral_recorder(tmp_path, capsys):
+    """A CUDA build answers the NCCL handler with an empty recorder where the job runs gloo."""
+    folder = FIXTURES / "skip_goes_on"
+    servers = [_worker((folder / f"trace_host-node{r // 2:02d}_{r}.json").read_bytes(), nccl=EMPTY_RECORDER)
+               for r in range(4)]
+    out = tmp_path / "snap"
+    assert main(["live", "--workers", *map(_url, servers), "-O", str(out), "--interval", "0"]) == 1
+    assert capsys.readouterr().out.startswith("DESYNC: rank 1 never joined")
+    assert {r["recorder"] for r in json.loads((out / "manifest.json").read_text())["ranks"]} == {"fr_trace_json"}
+    assert not (out / "fr_trace_json").exists()
 
 
 def _pair(name: str) -> list[list[bytes]]:
     """Each rank's dumps of fixtures/pairs/NAME (a, then b) as the JSON a worker answers with."""
-    import pickle
-
     folder = FIXTURES / "pairs" / name
-    return [[json.dumps(pickle.loads((folder / half / f"nccl_trace_rank_{r}").read_bytes())).encode() for half in "ab"]
-            for r in range(4)]
+    return [[_as_json(folder / half / f"nccl_trace_rank_{r}") for half in "ab"] for r in range(4)]
 
 
 @pytest.mark.parametrize("name,code,first", [
@@ -104,11 +152,16 @@ def test_two_snapshots_tell_a_moving_job_from_a_stuck_one(name, code, first, tmp
     servers = [_worker(traces) for traces in _pair(name)]
     out = tmp_path / "snap"
 
-    assert main(["live", "--workers", *map(_url, servers), "-O", str(out), "--interval", "0.2"]) == code
+    report = tmp_path / "report.json"
+    assert main(["live", "--workers", *map(_url, servers), "-O", str(out), "--interval", "0.2", "--json", str(report)]) == code
 
     said = capsys.readouterr()
     assert said.out.startswith(first), said.out
     assert ("Between the two snapshots: " in said.out) == (code == 1)
+    live = json.loads(report.read_text())["live"]  # what the text says, for scripts
+    assert live["comparison"]["verdict"] == ("progressing" if code == 0 else "stuck")
+    assert live["now"] == ([] if code == 0 else [{"rank": 2, "where": "at train.py:88 in load_batch"}])
+    assert live["silent"] == [] and live["snapshot"] == str(out)
     assert sorted(p.name for p in out.iterdir()) == ["a", "b"] and "frtrace compare" in said.err
     assert main(["compare", str(out / "a"), str(out / "b")]) == code
 
@@ -138,7 +191,7 @@ def test_a_rank_that_does_not_answer_is_said_and_counted_as_a_rank_without_a_dum
 
 
 @pytest.mark.parametrize("manifest", [b"not json", b'{"ranks": [{"rank": "2", "answered": false}]}', b'{"ranks": 7}',
-                                      b'[' * 100_000, b'{"ranks": [{"rank": 2, "answered": false, "error": "\u001b[31m"}]}'],
+                                      b'[' * 100_000, b'{"ranks": [{"rank": 2, "answered": false, "error": "\\u001b[31m"}]}'],
                          ids=["garbage", "rank-as-text", "not-a-list", "deep", "escape"])
 def test_a_manifest_that_is_not_one_changes_nothing_and_its_text_is_escaped(manifest, dump_dir, capsys):
     from conftest import make_dump, ops
@@ -188,6 +241,32 @@ def test_a_worker_address_is_http_host_port_or_a_usage_error(text):
     with pytest.raises(UsageError, match="not a debug-server worker address"):
         fetch.worker_url(text)
     assert fetch.worker_url("node7:29500") == "http://node7:29500"
+
+
+def test_the_workers_can_come_from_a_file_one_per_line(tmp_path, capsys):
+    folder = FIXTURES / "skip_goes_on"
+    urls = [_url(_worker((folder / f"trace_host-node{r // 2:02d}_{r}.json").read_bytes())) for r in range(4)]
+    listed = tmp_path / "workers.txt"
+    listed.write_text(f"# job 42\n{urls[0]}\n\n{urls[1]}  # node 0\n" + "\n".join(urls[2:]) + "\n")
+    assert main(["live", "--workers-file", str(listed), "-O", str(tmp_path / "s"), "--interval", "0"]) == 1
+    assert capsys.readouterr().out.startswith("DESYNC: rank 1 never joined")
+    assert [r["url"] for r in json.loads((tmp_path / "s" / "manifest.json").read_text())["ranks"]] == urls
+
+
+@pytest.mark.parametrize("content,said", [
+    ("# nothing\n\n", "holds no address"),
+    ("http://127.0.0.1:1\nnot an address\n", "not a debug-server worker address"),
+    (None, "not a regular file"),  # a FIFO: never waited on
+    ("missing", "cannot open it"),
+])
+def test_a_workers_file_that_cannot_serve_is_a_usage_error(content, said, tmp_path, capsys):
+    listed = tmp_path / "workers.txt"
+    if content is None:
+        os.mkfifo(listed)
+    elif content != "missing":
+        listed.write_text(content)
+    assert main(["live", "--workers-file", str(listed), "-O", str(tmp_path / "s")]) == 2
+    assert said in capsys.readouterr().err and not (tmp_path / "s").exists()
 
 
 def test_no_rank_answering_is_a_connection_error(tmp_path, capsys):
@@ -248,6 +327,27 @@ def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it
     assert lines[2].startswith("Between the two snapshots: STUCK: no rank moved between A and B"), lines[2]
     assert "two snapshots 3 s apart kept in" in done.stderr and "(4 of 4 ranks;" in done.stderr
     assert "livejob.py" in (tmp_path / "snap" / "b" / "stacks" / "rank_2.txt").read_text()
+
+
+@pytest.mark.process
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the real job needs torch (pip install 'frtrace[replay]')")
+@pytest.mark.skipif(not _resolves_own_name(), reason="the debug server's addresses name this host, which cannot resolve its name")
+def test_a_real_gloo_job_whose_rank_died_names_it_as_the_rank_that_did_not_answer(tmp_path, capsys):
+    """Rank 2's process ends (os._exit) before the world all_reduce the others then wait in."""
+    job, port = _real_job("die", 4)
+    try:
+        done = _live(port, tmp_path / "snap")
+    finally:
+        os.killpg(job.pid, 9)
+        job.wait()
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("DESYNC: rank 2 did not answer when frtrace live asked (the process may be gone or "
+                               "its host unreachable) and ranks 0-1,3 wait for it in all_reduce #4 of default_pg"), done.stdout
+    assert lines[1] == "Now (the ranks' Python stacks): rank 2 did not answer", lines[1]
+    assert "frtrace: rank 2 (http://" in done.stderr and "(3 of 4 ranks;" in done.stderr
+    assert main(["-d", str(tmp_path / "snap" / "b")]) == 1  # the snapshot read later says the same
+    assert capsys.readouterr().out.splitlines()[0] == lines[0]
 
 
 @pytest.mark.process

@@ -438,6 +438,8 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
                             "(needs torch, as every training host has)")
     where.add_argument("--workers", nargs="+", metavar="URL",
                        help="each rank's debug-server worker, http://HOST:PORT, in rank order")
+    where.add_argument("--workers-file", metavar="FILE",
+                       help="a file of the workers' addresses, one per line in rank order ('#' starts a comment)")
     parser.add_argument("--world", type=int, metavar="N", help="the job's ranks (default: as many as the store holds)")
     parser.add_argument("-O", "--out-dir", metavar="DIR",
                         help="the new folder to keep the snapshot in (default: frtrace-live-<date>-<time>)")
@@ -456,6 +458,10 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
     jobs = _jobs(args.jobs)
     if args.world is not None and not 0 < args.world <= 1 << 20:
         raise UsageError(f"--world must be between 1 and {1 << 20}, not {args.world}")
+    if args.workers_file:
+        from .live.fetch import read_workers_file
+
+        args.workers = read_workers_file(args.workers_file)
     if args.workers and args.world is not None and args.world != len(args.workers):
         raise UsageError(f"--world {args.world} but {len(args.workers)} --workers: give one address per rank")
     return LiveOptions(tuple(args.workers or ()), args.store, args.world, args.out_dir, args.timeout, args.interval,
@@ -465,6 +471,7 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
 def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
     """Fetch every rank at once, keep the snapshot, analyse it as a dump set."""
     from .live.fetch import Answer, fetch_all, store_workers, worker_url, write_snapshot
+    from .reading.discover import SNAPSHOT_OTHER_RECORDER
     from .live.stacks import where
 
     if options.store:
@@ -495,17 +502,22 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
             f"snapshot of {len(answers) - len(silent)} of {len(answers)} ranks kept in {display_path(out_dir)} "
             f"(frtrace -d {display_path(out_dir)} reads it again)")
     print(f"frtrace: {kept}", file=err)
+    both = [a.rank for a in answers if a.other is not None]
+    if both:
+        print(f"frtrace: {'ranks' if len(both) > 1 else 'rank'} {format_ranks(both)}: the dumps are the NCCL recorders; the backend-neutral ones (gloo's ops) held "
+              f"entries too, kept in {display_path(os.path.join(later, SNAPSHOT_OTHER_RECORDER))} (frtrace -d reads it)",
+              file=err)
     if len(silent) == len(answers):
         raise UsageError("no rank answered: check the worker addresses and that the job runs with the debug server on")
     result = analyze_dumps(later, jobs=options.jobs)  # the manifest says who did not answer (reading/discover.py)
     moved = _moved(analyze_dumps(os.path.join(out_dir, "a"), jobs=options.jobs), result) if options.interval else None
     stacks = {a.rank: a.stacks.decode("utf-8", "replace") for a in answers if a.stacks is not None}
-    now = [f"rank {rank} {place}" for rank in result.culprit_ranks if rank in stacks and (place := where(stacks[rank]))]
+    gone = {a.rank for a in silent}
+    places = {rank: place for rank in result.culprit_ranks
+              if (place := "did not answer" if rank in gone else where(stacks[rank]) if rank in stacks else None)}
+    now = [f"rank {rank} {place}" for rank, place in places.items()]
     if options.json_path:
-        if options.json_path == "-":
-            _printed(out, lambda: out.write(json.dumps(result.as_dict(), indent=2) + "\n"))
-        else:
-            result.write_json(options.json_path)
+        _live_json(options.json_path, result, out, out_dir, answers, places, moved)
     if moved is not None and moved.verdict == "progressing":
         if options.json_path != "-":
             _printed(out, lambda: out.write(f"{moved.headline}\n"))
@@ -516,6 +528,26 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
         said += f"Between the two snapshots: {moved.headline}\n" if moved is not None else ""
         _printed(out, lambda: out.write(f"{headline}\n{said}{rest}"))
     return EXIT_CLEAN if result.verdict == "clean" and moved is None else EXIT_FOUND
+
+
+def _live_json(path: str, result, out: TextIO, out_dir: str, answers, places: dict[int, str], moved) -> None:
+    """The later snapshot's JSON report, with what only frtrace live knows under "live"."""
+    from .comparing.two_sets import comparison_dict
+
+    payload = result.as_dict()
+    payload["live"] = {
+        "snapshot": display_path(out_dir),
+        "silent": [{"rank": a.rank, "url": a.url, "error": a.error} for a in answers if a.error is not None],
+        "recorders": {a.rank: a.recorder for a in answers if a.error is None},
+        "now": [{"rank": rank, "where": place} for rank, place in places.items()],
+        "comparison": None if moved is None else comparison_dict(moved, None, __version__),
+    }
+    if path == "-":
+        _printed(out, lambda: out.write(json.dumps(payload, indent=2) + "\n"))
+        return
+    with Outputs(plan_outputs([requested_output("--json", path)], result.trace_dir, result.inputs)) as outputs:
+        outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+        outputs.commit()
 
 
 def _moved(earlier, later):

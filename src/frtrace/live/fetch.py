@@ -22,9 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..errors import OutputError, UsageError, display_path, printable
-from ..reading.discover import SNAPSHOT_MANIFEST, SNAPSHOT_STACKS, snapshot_dump_name
+from ..reading.discover import SNAPSHOT_MANIFEST, SNAPSHOT_OTHER_RECORDER, SNAPSHOT_STACKS, snapshot_dump_name
 
-HANDLERS = {"trace": "fr_trace_json", "stacks": "dump_traceback"}
+# The backend-neutral recorder (gloo's ops) and, in CUDA builds, the NCCL one, whole: two buffers of
+# one process. A CPU build has no NCCL handler (HTTP 404); a CUDA build's is empty in a gloo job.
+HANDLERS = {"trace": "fr_trace_json", "nccl": "dump_nccl_trace_json?includecollectives=true&onlyactive=false",
+            "stacks": "dump_traceback"}
 MAX_TRACE_BYTES = 128 << 20  # a 2000-entry recorder with stacks is a few MB; 32 at once stay in memory
 MAX_STACKS_BYTES = 4 << 20  # a few hundred threads' stacks are well under this
 MAX_CONCURRENT = 32
@@ -42,6 +45,8 @@ class Answer:
     stacks: bytes | None
     error: str | None
     seconds: float
+    recorder: str = HANDLERS["trace"]  # the handler `trace` came from
+    other: bytes | None = None  # the backend-neutral recorder's entries where NCCL's is `trace`
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -66,6 +71,31 @@ def worker_url(text: str) -> str:
     return f"http://{parts.netloc}"
 
 
+MAX_WORKERS_FILE_BYTES = 64 << 20  # a million ranks' addresses
+
+
+def read_workers_file(path: str) -> list[str]:
+    """The addresses in a file, one per line in rank order (blank lines and '#' comments skipped);
+    a regular file only, read up to a cap. UsageError naming the file where it cannot serve."""
+    import stat
+
+    try:  # never a FIFO that would block, never a device
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise UsageError(f"--workers-file {display_path(path)}: cannot open it ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise UsageError(f"--workers-file {display_path(path)}: not a regular file; give a file of addresses")
+        raw = handle.read(MAX_WORKERS_FILE_BYTES + 1)
+    if len(raw) > MAX_WORKERS_FILE_BYTES:
+        raise UsageError(f"--workers-file {display_path(path)}: over {MAX_WORKERS_FILE_BYTES >> 20} MiB; not a list of addresses")
+    lines = (line.partition("#")[0].strip() for line in raw.decode("utf-8", "replace").splitlines())
+    addresses = [line for line in lines if line]
+    if not addresses:
+        raise UsageError(f"--workers-file {display_path(path)}: holds no address; give one http://HOST:PORT per line")
+    return addresses
+
+
 def _post(url: str, handler: str, cap: int, deadline: float) -> bytes:
     left = deadline - time.monotonic()
     if left <= 0:
@@ -88,17 +118,38 @@ def _reason(exc: BaseException) -> str:
     return printable(str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
 
 
+def _holds_entries(document: bytes) -> bool:
+    """Whether a recorder's JSON holds any entry (an empty recorder leaves out "entries")."""
+    if b'"entries"' not in document:
+        return False
+    try:
+        entries = json.loads(document).get("entries")
+    except (ValueError, AttributeError, RecursionError):
+        return True  # not ours to judge: the loader says what is wrong with it
+    return bool(entries)
+
+
 def fetch_rank(rank: int, url: str, timeout: float) -> Answer:
-    """Both answers of one rank, within `timeout` seconds in all."""
+    """The answers of one rank, within `timeout` seconds in all: its recorder, its stacks, then
+    the NCCL recorder, which becomes the rank's dump where it holds entries (a job on GPUs)."""
     start = time.monotonic()
     deadline = start + timeout
-    trace = stacks = error = None
+    trace = stacks = error = other = None
+    recorder = HANDLERS["trace"]
     try:
         trace = _post(url, HANDLERS["trace"], MAX_TRACE_BYTES, deadline)
         stacks = _post(url, HANDLERS["stacks"], MAX_STACKS_BYTES, deadline)
     except Exception as exc:  # noqa: BLE001 - any failure of one rank is that rank's answer, not ours
         error = _reason(exc)
-    return Answer(rank, url, trace, stacks, error, time.monotonic() - start)
+    if error is None:
+        try:
+            nccl = _post(url, HANDLERS["nccl"], MAX_TRACE_BYTES, deadline)
+        except Exception:  # noqa: BLE001 - no NCCL recorder here (a CPU build) or none in time: the other is the dump
+            nccl = None
+        if nccl is not None and _holds_entries(nccl):
+            other = trace if _holds_entries(trace) else None
+            trace, recorder = nccl, HANDLERS["nccl"].partition("?")[0]
+    return Answer(rank, url, trace, stacks, error, time.monotonic() - start, recorder, other)
 
 
 def fetch_all(urls: dict[int, str], timeout: float) -> list[Answer]:
@@ -117,9 +168,15 @@ def _fill(folder: str, answers: list[Answer], taken_at: float) -> None:
         if answer.stacks is not None:
             with open(os.path.join(folder, SNAPSHOT_STACKS, f"rank_{answer.rank}.txt"), "xb") as handle:
                 handle.write(answer.stacks)
+        if answer.other is not None:
+            os.makedirs(os.path.join(folder, SNAPSHOT_OTHER_RECORDER), exist_ok=True)
+            with open(os.path.join(folder, SNAPSHOT_OTHER_RECORDER, snapshot_dump_name(answer.rank)), "xb") as handle:
+                handle.write(answer.other)
     manifest = {"taken_at": taken_at, "ranks": [
         {"rank": a.rank, "url": a.url, "seconds": round(a.seconds, 3), "answered": a.error is None,
-         **({"error": a.error} if a.error else {})} for a in answers]}
+         **({"error": a.error} if a.error else {"recorder": a.recorder}),
+         **({"other_recorder": f"{SNAPSHOT_OTHER_RECORDER}/{snapshot_dump_name(a.rank)}"} if a.other is not None else {})}
+        for a in answers]}
     with open(os.path.join(folder, SNAPSHOT_MANIFEST), "x") as handle:
         json.dump(manifest, handle, indent=2)
 
@@ -127,7 +184,9 @@ def _fill(folder: str, answers: list[Answer], taken_at: float) -> None:
 def write_snapshot(snapshots: dict[str, tuple[list[Answer], float]], out_dir: str) -> None:
     """The answers as dump sets in `out_dir`, which must not exist: one snapshot in the folder
     itself (name ""), several in subfolders by name. Each holds `trace_rank_<R>.json` per rank that
-    answered, `stacks/rank_<R>.txt`, and `manifest.json` (URLs, times, who did not answer). Written
+    answered, `stacks/rank_<R>.txt`, and `manifest.json` (URLs, times, who did not answer, which
+    recorder each dump is); where a rank's NCCL recorder is its dump and its backend-neutral one
+    (gloo's ops) holds entries too, that one is in `fr_trace_json/`, a dump set of its own. Written
     in a temporary folder beside it and renamed into place: all of it or nothing."""
     if os.path.lexists(out_dir):
         raise OutputError(f"{display_path(out_dir)}: already exists; frtrace live writes a new folder, never into "

@@ -226,6 +226,7 @@ UNANSWERED = "did not answer frtrace live"  # the reason a snapshot's silent ran
 # a snapshot folder as frtrace live writes it (live/fetch.py) and this module reads it back
 SNAPSHOT_MANIFEST = "manifest.json"
 SNAPSHOT_STACKS = "stacks"
+SNAPSHOT_OTHER_RECORDER = "fr_trace_json"  # the backend-neutral recorder where NCCL's is the dump set
 
 
 def snapshot_dump_name(rank: int) -> str:
@@ -254,6 +255,14 @@ def _live_snapshot(directory: str, found: Found) -> None:
         return
     own = display_path(path), display_path(os.path.join(directory, SNAPSHOT_STACKS)) + os.sep
     found.ignored = [item for item in found.ignored if item.path != own[0] and not item.path.startswith(own[1])]
+    other = os.path.join(directory, SNAPSHOT_OTHER_RECORDER) + os.sep
+    if any(f.path.startswith(other) for f in found.candidates):  # another buffer of the same ranks: never mixed in
+        found.candidates = [f for f in found.candidates if not f.path.startswith(other)]
+        found.empty = [f for f in found.empty if not f.path.startswith(other)]
+        found.unreadable = [(f, why) for f, why in found.unreadable if not f.path.startswith(other)]
+        found.not_files = [(f, why) for f, why in found.not_files if not f.path.startswith(other)]
+        found.ignored.append(SkippedFile(display_path(other), "the ranks' backend-neutral recorder (gloo's ops), beside "
+                                         "their NCCL recorder read here: frtrace -d on that folder analyses it"))
     for entry in ranks:
         if not entry["answered"]:
             rank, why = entry["rank"], printable(str(entry.get("error") or "no answer"))[:200]
