@@ -17,8 +17,8 @@ from frtrace.cli import main
 
 HEALTHY = str(FIXTURES / "healthy")
 SKIP = str(FIXTURES / "skip_rank2")
-JSON_KEYS = {"schema_version", "frtrace_version", "verdict", "culprit_ranks", "culprit_files", "headline", "evidence", "ranks_loaded", "ranks_missing",
-             "findings", "skipped_files", "ignored_files", "health"}
+JSON_KEYS = {"schema_version", "frtrace_version", "verdict", "culprit_ranks", "culprit_files", "headline", "cause", "causes", "evidence",
+             "ranks_loaded", "ranks_missing", "findings", "skipped_files", "ignored_files", "health"}
 FINDING_KEYS = {"kind", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op", "ranks", "expected_ranks", "detail", "root_cause"}
 
 
@@ -46,6 +46,7 @@ def test_json_report_schema_is_exact(tmp_path):
     report = json.loads(target.read_text())
     assert set(report) == JSON_KEYS
     assert report["verdict"] == "desync" and report["culprit_ranks"] == [2]
+    assert report["cause"] == "compute_or_data_stall" and set(report["causes"]["2"]) == {"cause", "said"}
     assert all(set(f) == FINDING_KEYS for f in report["findings"])
 
 

@@ -152,4 +152,6 @@ def test_a_culprits_failed_health_check_is_shown_beside_it_in_chromium(tmp_path)
     assert errors == []
     health = dom.split('id="health"')[1].split("</table>")[0]
     assert "rank 3" in health and "Xid 48 &lt;b&gt; (index 5, uuid GPU-8d2c)" in health and "<b>" not in health
+    cause = dom.split('id="cause"')[1].split("</p>")[0]  # the cause, under the verdict: a failed device
+    assert "hardware: rank 3: health check failed: gpu: Xid 48 &lt;b&gt;" in cause and dom.index('id="cause"') < dom.index('id="health"')
     assert dom.index('id="health"') < dom.index('id="grid"')  # beside the culprit, before the grid

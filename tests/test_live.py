@@ -306,11 +306,11 @@ def _resolves_own_name() -> bool:
 @pytest.mark.process
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the real job needs torch (pip install 'frtrace[replay]')")
 @pytest.mark.skipif(not _resolves_own_name(), reason="the debug server's addresses name this host, which cannot resolve its name")
-@pytest.mark.parametrize("fault,now", [
-    ("skip", "in _rank, in all_reduce (distributed_c10d.py)"),  # blocked in its tp all_reduce
-    ("stall", "in _rank"),  # in compute: time.sleep has no Python frame
+@pytest.mark.parametrize("fault,now,cause", [
+    ("skip", "in _rank, in all_reduce (distributed_c10d.py)", "divergence"),  # blocked in its tp all_reduce
+    ("stall", "in _rank", "compute_or_data_stall"),  # in compute: time.sleep has no Python frame
 ])
-def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it_is_doing(fault, now, tmp_path):
+def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it_is_doing(fault, now, cause, tmp_path):
     """4 gloo ranks with PyTorch's debug server on; rank 2 leaves out the world all_reduce the
     others wait in and goes on to its tp all_reduce (skip), or sleeps before it (stall)."""
     job, port = _real_job(fault, 4)
@@ -322,9 +322,10 @@ def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("DESYNC: rank 2 never joined all_reduce #4 of default_pg"), done.stdout
-    assert lines[1].startswith("Now (the ranks' Python stacks): rank 2 at livejob.py:"), lines[1]
-    assert lines[1].endswith(now), lines[1]
-    assert lines[2].startswith("Between the two snapshots: STUCK: no rank moved between A and B"), lines[2]
+    assert lines[1].startswith(f"Cause: {cause}: rank 2: "), lines[1]
+    assert lines[2].startswith("Now (the ranks' Python stacks): rank 2 at livejob.py:"), lines[2]
+    assert lines[2].endswith(now), lines[2]
+    assert lines[3].startswith("Between the two snapshots: STUCK: no rank moved between A and B"), lines[3]
     assert "two snapshots 3 s apart kept in" in done.stderr and "(4 of 4 ranks;" in done.stderr
     assert "livejob.py" in (tmp_path / "snap" / "b" / "stacks" / "rank_2.txt").read_text()
 
@@ -344,7 +345,9 @@ def test_a_real_gloo_job_whose_rank_died_names_it_as_the_rank_that_did_not_answe
     lines = done.stdout.splitlines()
     assert lines[0].startswith("DESYNC: rank 2 did not answer when frtrace live asked (the process may be gone or "
                                "its host unreachable) and ranks 0-1,3 wait for it in all_reduce #4 of default_pg"), done.stdout
-    assert lines[1] == "Now (the ranks' Python stacks): rank 2 did not answer", lines[1]
+    assert lines[1] == ("Cause: process_gone: rank 2: did not answer frtrace live: its process may be gone or its host "
+                        "unreachable"), lines[1]
+    assert lines[2] == "Now (the ranks' Python stacks): rank 2 did not answer", lines[2]
     assert "frtrace: rank 2 (http://" in done.stderr and "(3 of 4 ranks;" in done.stderr
     assert main(["-d", str(tmp_path / "snap" / "b")]) == 1  # the snapshot read later says the same
     assert capsys.readouterr().out.splitlines()[0] == lines[0]

@@ -11,6 +11,7 @@ from conftest import scenario_dirs
 from frtrace.cli import main
 from frtrace.reading.discover import find_dump_files
 from frtrace.loader import load_dumps
+from frtrace.analysis.verdict import CAUSES
 from frtrace.types import FINDING_KINDS
 
 SCENARIOS = scenario_dirs()
@@ -39,9 +40,15 @@ def test_verdict_culprits_and_root(scenario, tmp_path, capsys):
             and f["p2p_seq_id"] == root.get("p2p_seq_id", f["p2p_seq_id"])
             for f in roots
         ), (root, roots)
-    first_line = capsys.readouterr().out.splitlines()[0]
+    assert report["cause"] == expected["cause"], report["causes"]  # the truth its program wrote
+    by_rank = expected.get("causes") or {str(r): expected["cause"] for r in expected["culprit_ranks"]}
+    assert {rank: c["cause"] for rank, c in report["causes"].items()} == by_rank
+    assert {c["cause"] for c in report["causes"].values()} <= set(CAUSES)
+    lines = capsys.readouterr().out.splitlines()
+    first_line = lines[0]
     assert first_line.startswith(expected.get("headline_starts", expected["verdict"].upper() + ":")), first_line
     assert first_line == report["headline"]
+    assert lines[1].startswith("Cause: ") == bool(report["causes"]), lines[1]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[p.name for p in SCENARIOS])

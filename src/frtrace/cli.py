@@ -523,10 +523,11 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
             _printed(out, lambda: out.write(f"{moved.headline}\n"))
         return EXIT_CLEAN
     if options.json_path != "-":
-        headline, _, rest = result.text().partition("\n")
-        said = f"Now (the ranks' Python stacks): {'; '.join(now)}\n" if now else ""
-        said += f"Between the two snapshots: {moved.headline}\n" if moved is not None else ""
-        _printed(out, lambda: out.write(f"{headline}\n{said}{rest}"))
+        lines = result.text().split("\n")
+        head = 2 if len(lines) > 1 and lines[1].startswith("Cause: ") else 1  # the verdict and its cause first
+        said = [f"Now (the ranks' Python stacks): {'; '.join(now)}"] if now else []
+        said += [f"Between the two snapshots: {moved.headline}"] if moved is not None else []
+        _printed(out, lambda: out.write("\n".join(lines[:head] + said + lines[head:])))
     return EXIT_CLEAN if result.verdict == "clean" and moved is None else EXIT_FOUND
 
 

@@ -401,3 +401,5 @@ class Analysis:
     evidence: tuple[str, ...] = ()  # what decided the verdict, a short sentence each
     waits: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()  # the wait-for graph: (op, its waiters, whom they wait for)
     blocked_in: dict[int, tuple[str, Group, int | None]] = field(default_factory=dict)  # rank -> (the op it waits in, its group, seq)
+    causes: dict[int, tuple[str, str]] = field(default_factory=dict)  # culprit -> (cause, said in words); verdict.CAUSES
+    cause: str | None = None  # the culprits' cause where they share one, "mixed" where not; None when clean

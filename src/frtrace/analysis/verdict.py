@@ -27,6 +27,8 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
     culprit_entries: dict[int, Entry] = {}
     root_ids: set[int] = set()
     culprits: list[int] = []
+    named_by: dict[int, str] = {}  # culprit -> what named it: "mismatch", "stuck", "gpu", "graph" or "finding"
+    undecidable: set[int] = set()  # culprits in no recorded op where gloo hides sends and receives among several
 
     def blame(chosen: list[Finding]) -> None:
         """These findings are the root cause; their ranks the culprits."""
@@ -50,6 +52,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
             if entry is not None:
                 culprit_entries[rank] = entry
         headline = _mismatch_headline(first, checks) + (f" (+{len(mismatches) - 1} more group(s) with a mismatch)" if len(mismatches) > 1 else "")
+        named_by.update(dict.fromkeys(culprits, "mismatch"))
         verdict = "desync"
         evidence = [_mismatch_evidence(f, checks) for f in mismatches]
     elif graph_culprits:
@@ -79,8 +82,10 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
                     culprit_entries[rank] = blockers[rank].entry
         # ranks that each missed another op: each is a desync of its own (the wait-for graph holds
         # a sink or a cycle for each)
+        named_by.update(dict.fromkeys(culprits, "graph"))
         if len(parts) > 1 and graph.p2p_unrecorded and any(r in graph.joined_by_all for r in culprits):
             # a rank that waits for nobody the dumps show may wait in a send or recv for another culprit
+            undecidable.update(r for r in culprits if r in graph.joined_by_all)
             headline = f"{len(parts)} desyncs (gloo records no send or recv: which caused which cannot be told): "
         else:
             headline = f"{len(parts)} independent desyncs: " if len(parts) > 1 else ""
@@ -105,12 +110,15 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
         elif others:
             verdict = "desync"
             blame(others)
+            named_by.update(dict.fromkeys(culprits, "finding"))
             f = others[0]
             headline = f"{f.kind.replace('_', ' ')} in {f.op} of {f.group.label}: {f.detail}"
             evidence = [f"{f.kind.replace('_', ' ')}: {f.detail}"]
         elif stuck:
             verdict = "stuck"
             blame(stuck)
+            for finding in reversed(stuck):  # the first op that holds a rank says how it is stuck
+                named_by.update(dict.fromkeys(finding.ranks, "gpu" if _gpu_never_reached(finding) else "stuck"))
             f = stuck[0]
             if _gpu_never_reached(f):
                 headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} "
@@ -152,6 +160,9 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
             said = [check.failure_text() for check in failed[:4] if check.detail]
             evidence.append(f"health check: rank {rank}'s {', '.join(check.check for check in failed[:4])} checks failed"
                             + (f" ({'; '.join(said)})" if said else ""))
+    causes = _causes(sorted(set(culprits)), named_by, undecidable, dumps, graph)
+    if verdict == "inconclusive":
+        causes = {rank: ("unknown", "the dumps cannot decide") for rank in culprits} or causes
     decided_by = "; ".join(dict.fromkeys(evidence))
     final = tuple(
         Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks,
@@ -176,7 +187,54 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
                     for key in graph.waits_on if key in graph.blocker_of_op),
         blocked_in={rank: (blocker.describe(), blocker.group, None if blocker.p2p else blocker.seq)
                     for rank, blocker in ((r, graph.blocker_of_op.get(k)) for r, k in graph.op_of.items()) if blocker},
+        causes=causes,
+        cause=_one_cause(verdict, causes),
     )
+
+
+CAUSES = ("divergence", "compute_or_data_stall", "stuck_below_pytorch", "gpu_never_reached", "process_gone",
+          "hardware", "unknown")
+
+
+def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int], dumps, graph: WaitGraph
+            ) -> dict[int, tuple[str, str]]:
+    """Why each culprit holds the job up, from everything the dumps show: (cause, said in words).
+
+    A failed health check is the cause whatever the pattern; a rank without a dump is gone; a
+    rank that issued other ops than its peers (a mismatch, or it waits in an op they never
+    issued) diverged; a rank in an op every member issued and none finished is stuck below
+    PyTorch, or its GPU never reached it; a rank in no collective computes or loads data, unless
+    gloo, which records no send or recv, leaves several culprits whose order cannot be told."""
+    causes = {}
+    for rank in culprits:
+        failed = [check for check in (dumps[rank].health if rank in dumps else ()) if not check.passed]
+        how = named_by.get(rank)
+        if failed:
+            causes[rank] = ("hardware", f"health check failed: {failed[0].failure_text()}")
+        elif rank not in dumps:
+            causes[rank] = ("process_gone", "did not answer frtrace live: its process may be gone or its host unreachable"
+                            if rank in graph.unanswered else "left no dump: its process is gone or its host unreachable")
+        elif how == "gpu":
+            causes[rank] = ("gpu_never_reached", "its GPU never reached the op: a kernel before it never ended")
+        elif how == "stuck":
+            causes[rank] = ("stuck_below_pytorch", "in an op every member issued and none finished: NCCL, the network or a GPU")
+        elif how == "mismatch" or rank in graph.op_of:
+            causes[rank] = ("divergence", "issued other ops than its peers: its program took another path")
+        elif rank in undecidable:
+            causes[rank] = ("unknown", "in no op the dumps show: computing, loading data, or in a send or recv, which "
+                                       "gloo does not record")
+        else:
+            hidden = " (or in a send or recv, which gloo does not record)" if graph.p2p_unrecorded else ""
+            causes[rank] = ("compute_or_data_stall", f"in no collective: computing or loading data{hidden}")
+    return causes
+
+
+def _one_cause(verdict: str, causes: dict[int, tuple[str, str]]) -> str | None:
+    """The verdict's cause: its culprits' where they share one, "mixed" where they differ."""
+    if verdict == "clean":
+        return None
+    found = {cause for cause, _ in causes.values()}
+    return found.pop() if len(found) == 1 else "mixed" if found else "unknown"
 
 
 def _stuck_below(graph_culprits: list[tuple[int, tuple | None]], stuck: list[Finding]) -> list[Finding]:

@@ -33,12 +33,23 @@ def culprit_files(analysis: Analysis, sources: dict, unread: dict[int, str] | No
             for rank in analysis.culprit_ranks]
 
 
+def cause_text(analysis: Analysis) -> str:
+    """The culprits' causes in words, ranks that share one together: "divergence: rank 3: issued ..."."""
+    ranks_of: dict[tuple[str, str], list[int]] = {}
+    for rank, said in sorted(analysis.causes.items()):
+        ranks_of.setdefault(said, []).append(rank)
+    return "; ".join(f"{cause}: {'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}: {said}"
+                     for (cause, said), ranks in ranks_of.items())
+
+
 def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[SkippedFile, ...], out: TextIO, *,
                 mismatch_cap: int = 10, print_stack_trace: bool = False, verbose: bool = False,
                 sources: dict | None = None, unread: dict[int, str] | None = None) -> None:
     """The report: verdict line first, then what decided it, findings, the culprit's stack, a
     summary, warnings."""
     print(analysis.headline, file=out)
+    if analysis.causes:
+        print(f"Cause: {cause_text(analysis)}", file=out)
     if analysis.evidence:
         print("Evidence: " + "; ".join(analysis.evidence), file=out)
 
@@ -108,8 +119,8 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
 
 
-JSON_SCHEMA_VERSION = 6  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
-# 6: each health check's detail and fields, each culprit file's not_read
+JSON_SCHEMA_VERSION = 7  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
+# 6: each health check's detail and fields, each culprit file's not_read; 7: cause, causes
 
 
 def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: tuple[SkippedFile, ...] = (),
@@ -123,6 +134,8 @@ def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: t
         "culprit_ranks": list(analysis.culprit_ranks),
         "culprit_files": culprit_files(analysis, sources or {}, unread),
         "headline": analysis.headline,
+        "cause": analysis.cause,
+        "causes": {str(rank): {"cause": cause, "said": said} for rank, (cause, said) in sorted(analysis.causes.items())},
         "evidence": list(analysis.evidence),
         "ranks_loaded": list(analysis.ranks_loaded),
         "ranks_missing": list(analysis.ranks_missing),
