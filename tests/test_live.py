@@ -388,7 +388,7 @@ def test_without_torch_the_store_cannot_be_read_and_it_says_how(tmp_path, capsys
     ("not a stack at all", None),
 ], ids=["in-a-collective", "in-compute", "library-only", "escape-in-name", "garbage"])
 def test_where_a_rank_is_comes_from_its_own_innermost_frame(text, said):
-    from frtrace.live.stacks import where
+    from frtrace.reading.stacks import where
 
     assert where(text) == said
 

@@ -472,7 +472,7 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
     """Fetch every rank at once, keep the snapshot, analyse it as a dump set."""
     from .live.fetch import Answer, fetch_all, store_workers, worker_url, write_snapshot
     from .reading.discover import SNAPSHOT_OTHER_RECORDER
-    from .live.stacks import where
+    from .reading.stacks import where
 
     if options.store:
         urls, missing = store_workers(options.store, options.world, options.timeout)
