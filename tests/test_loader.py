@@ -495,7 +495,8 @@ def test_unreadable_pickle_falls_back_to_its_json_twin(tmp_path):
 
 
 # ---------------------------------------------------------------------------- fast path, workers
-REAL_DUMPS = sorted(p for p in FIXTURES.glob("*/*") if p.name.startswith(("nccl_trace", "comm_lib", "trace_host")))
+REAL_DUMPS = sorted(p for p in FIXTURES.glob("*/*")
+                    if p.name.startswith(("nccl_trace", "comm_lib", "trace_host")) and not p.name.endswith(".stacks"))
 
 
 @pytest.mark.parametrize("path", REAL_DUMPS, ids=[f"{p.parent.name}/{p.name}" for p in REAL_DUMPS])

@@ -20,6 +20,7 @@ from .builder import build_database, write_database
 from .reading.discover import UNANSWERED, Discovery, find_dump_files
 from .errors import UsageError, display_path, printable
 from .reading.groups import GroupTable, resolve_groups
+from .reading.stacks import read_stack_files
 from .loader import load_dumps
 from .matcher import analyze
 from .outputs.commit import Outputs, plan_outputs
@@ -80,6 +81,9 @@ def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: Text
                 f"and ranks beyond {ft_group_world_size - 1} fill other replicas; each replica's ranks are mapped to global "
                 f"ranks (replica = rank // {ft_group_world_size}); give --transform-ft --group-world-size N where "
                 "the replica size differs", *loaded.notes))
+    if discovery.stacks:
+        stacks, notes = read_stack_files(discovery.stacks, set(loaded.ranks_named) | set(loaded.dumps))
+        loaded = replace(loaded, stacks=stacks, notes=(*loaded.notes, *notes))
     return loaded, resolve_groups(loaded.dumps, loaded.ranks_named, ft_group_world_size)
 
 
@@ -202,7 +206,8 @@ def analysis_of(loaded: LoadResult, table: GroupTable, anchoring: Anchoring | No
     if anchoring is None:
         anchoring = anchor_relative_seqs(loaded.dumps, table)
     unanswered = frozenset(rank for rank, why in loaded.unread.items() if UNANSWERED in why)
-    return analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring, unanswered=unanswered)
+    return analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring, unanswered=unanswered,
+                   stacks=loaded.stacks)
 
 
 def analyzed(loaded: LoadResult, table: GroupTable, trace_dir: str, inputs: frozenset[tuple[int, int]]) -> Result:

@@ -25,7 +25,7 @@ __all__ = ["analyze", "format_ranks"]
 
 
 def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = (), anchoring: Anchoring | None = None,
-            unanswered: frozenset[int] = frozenset()) -> Analysis:
+            unanswered: frozenset[int] = frozenset(), stacks: dict | None = None) -> Analysis:
     """Match the collectives of every group across its ranks and name the culprit of a desync.
 
     `notes` are earlier layers' remarks, carried into Analysis.warnings. `anchoring` says how
@@ -33,6 +33,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     oldest op held are never compared with their siblings by number, and where a group could
     not be lined up the verdict is inconclusive, whatever the (unreliable) matching finds.
     `unanswered`: ranks without a dump because they did not answer frtrace live (said so).
+    `stacks`: ranks' Python threads (reading.stacks), read beside the dumps: they name a cause.
     """
     anchoring = anchoring or Anchoring()
     notes = [*notes, *anchoring.notes, *table.warnings]
@@ -90,4 +91,4 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
 
-    return conclude(dumps, table, findings, checks, graph, blockers, notes, anchoring.unaligned)
+    return conclude(dumps, table, findings, checks, graph, blockers, notes, anchoring.unaligned, stacks or {})

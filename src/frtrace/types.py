@@ -314,6 +314,7 @@ class LoadResult:
     sources: dict = field(default_factory=dict)  # rank -> the DumpFile its dump was read from (or could not be)
     unread: dict[int, str] = field(default_factory=dict)  # rank -> why its file could not be read, for ranks named but not loaded
     replica_size: int | None = None  # torchft: ranks per replica group, where the configs show one (groups.replica_size)
+    stacks: dict = field(default_factory=dict)  # rank -> its Python threads (reading.stacks.Thread), from stack files
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -8,10 +8,11 @@ from collections import Counter, defaultdict
 from . import size_rules
 from .align import by_number, count_of, ranks_word, unit_label
 from ..types import Analysis, Entry, Finding
+from ..reading.stacks import in_data_loader, in_torch_distributed, main_thread, place
 from .waitgraph import NEVER_STARTED, WaitGraph
 
 
-def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, unaligned=()) -> Analysis:
+def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, unaligned=(), stacks=None) -> Analysis:
     loaded = tuple(sorted(dumps))
     missing = tuple(r for r in table.world if r not in dumps)
     group_count = len(table.groups)
@@ -161,9 +162,14 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
             evidence.append(f"health check: rank {rank}'s {', '.join(check.check for check in failed[:4])} checks failed"
                             + (f" ({'; '.join(said)})" if said else ""))
     causes = _causes(sorted(set(culprits)), named_by, undecidable, dumps, graph)
+    seen_in_stacks = []  # what the stacks showed: evidence of the cause, never of who the culprit is
+    for rank, (cause, said, why) in _with_stacks(causes, stacks or {}).items():
+        causes[rank] = (cause, said)
+        seen_in_stacks.append(f"stacks: {why}")
     if verdict == "inconclusive":
         causes = {rank: ("unknown", "the dumps cannot decide") for rank in culprits} or causes
     decided_by = "; ".join(dict.fromkeys(evidence))
+    evidence.extend(seen_in_stacks)
     final = tuple(
         Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks,
                 f"{f.detail} [decided by {decided_by}]" if id(f) in root_ids and decided_by and f.decided else f.detail,
@@ -192,6 +198,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
     )
 
 
+UNSEEN = "in no op the dumps show: computing, loading data, or in a send or recv, which gloo does not record"
 CAUSES = ("divergence", "compute_or_data_stall", "stuck_below_pytorch", "gpu_never_reached", "process_gone",
           "hardware", "unknown")
 
@@ -221,12 +228,44 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
         elif how == "mismatch" or rank in graph.op_of:
             causes[rank] = ("divergence", "issued other ops than its peers: its program took another path")
         elif rank in undecidable:
-            causes[rank] = ("unknown", "in no op the dumps show: computing, loading data, or in a send or recv, which "
-                                       "gloo does not record")
+            causes[rank] = ("unknown", UNSEEN)
         else:
             hidden = " (or in a send or recv, which gloo does not record)" if graph.p2p_unrecorded else ""
             causes[rank] = ("compute_or_data_stall", f"in no collective: computing or loading data{hidden}")
     return causes
+
+
+def _with_stacks(causes: dict[int, tuple[str, str]], stacks: dict) -> dict[int, tuple[str, str, str]]:
+    """Each culprit's cause with what its Python stack shows: (cause, said, why) where it has one.
+
+    A stack never overrules the dumps; it picks between what they leave open. A rank in no op its
+    dump shows may compute or wait in a send or recv the dump does not record (gloo): a stack in
+    a torch.distributed call says it waits there; one in a data loader's frames says it loads
+    data. A stack in the program's own line says neither: a wait on a request (`work.wait()`) has
+    no Python frame, so it reads as the line that called it, like compute does."""
+    changed = {}
+    for rank, (cause, said) in causes.items():
+        thread = main_thread(stacks[rank]) if rank in stacks else None
+        at = place(thread) if thread else None
+        if at is None:
+            continue
+        call = in_torch_distributed(thread)
+        open_question = cause == "compute_or_data_stall" or said.startswith(UNSEEN)
+        if open_question and call is not None:
+            changed[rank] = ("unknown", f"waits in {call} (distributed_c10d.py), which its dump does not record: it waits "
+                                        f"for a peer; its Python stack: {at}",
+                             f"rank {rank}'s Python stack shows it in {call}, which its dump does not record")
+        elif open_question and in_data_loader(thread):
+            changed[rank] = ("compute_or_data_stall", f"in no collective: loading data (torch's DataLoader); its Python "
+                                                      f"stack: {at}",
+                             f"rank {rank}'s Python stack shows it in the data loader, {at}")
+        elif said.startswith(UNSEEN):
+            changed[rank] = (cause, f"{said}; its Python stack, {at}, cannot tell: a wait on a request (work.wait()) "
+                                    "shows as the line that called it, as compute does",
+                             f"rank {rank}'s Python stack: {at}")
+        else:
+            changed[rank] = (cause, f"{said}; its Python stack: {at}", f"rank {rank}'s Python stack: {at}")
+    return changed
 
 
 def _one_cause(verdict: str, causes: dict[int, tuple[str, str]]) -> str | None:

@@ -62,6 +62,7 @@ class Discovery:
     ignored: tuple[SkippedFile, ...] = ()  # not dumps of this job (README, expected.json, core.100, rng_state_7), with why
     unread: tuple[tuple[DumpFile, str], ...] = ()  # files of the job's ranks that cannot be read (and why): ranks named
     identities: frozenset[tuple[int, int]] = frozenset()  # (device, inode) of every file looked at: never an output
+    stacks: tuple[tuple[int, str], ...] = ()  # (rank, path) of the Python stack files beside the dumps (stack_rank)
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Found:
     ignored: list[SkippedFile] = field(default_factory=list)  # not named like a dump
     skipped: list[SkippedFile] = field(default_factory=list)  # not read, and claiming no rank
     marked: set[str] = field(default_factory=set)  # paths of candidates that hold a Flight Recorder key near their start
+    stacks: list[tuple[int, str]] = field(default_factory=list)  # (rank, path) of stack files
     identities: set[tuple[int, int]] = field(default_factory=set)
 
     def sniffed(self, dump_file: DumpFile, head: bytes) -> None:
@@ -189,6 +191,9 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
     for path, where in _walk(directory):
         name = os.path.basename(path)
         printable = display_path(path)
+        if (rank := stack_rank(where)) is not None:
+            found.stacks.append((rank, path))
+            continue
         parts = split_name(name, prefix)
         if isinstance(parts, str):
             found.ignored.append(SkippedFile(printable, parts))
@@ -227,6 +232,27 @@ UNANSWERED = "did not answer frtrace live"  # the reason a snapshot's silent ran
 SNAPSHOT_MANIFEST = "manifest.json"
 SNAPSHOT_STACKS = "stacks"
 SNAPSHOT_OTHER_RECORDER = "fr_trace_json"  # the backend-neutral recorder where NCCL's is the dump set
+
+
+STACK_SUFFIXES = (".stacks", ".stacks.txt", ".stacks.json")
+_TRAILING_RANK = re.compile(r"(\d{1,7})$")
+
+
+def stack_rank(where: str) -> int | None:
+    """The rank of a Python stack file, from its path under the dump folder: a file in a folder
+    named `stacks` whose name ends in the rank (`stacks/rank_3.txt`, as frtrace live writes, or
+    `stacks/3.json`), or one named like a dump with `.stacks` after it (`nccl_trace_rank_3.stacks`,
+    `.stacks.txt`, `.stacks.json`); None for any other file."""
+    parts = where.replace(os.sep, "/").split("/")
+    name = parts[-1]
+    if len(parts) > 1 and parts[-2] == SNAPSHOT_STACKS:
+        stem = name.split(".", 1)[0]
+    elif name.endswith(STACK_SUFFIXES):
+        stem = name[: -len(next(s for s in STACK_SUFFIXES[::-1] if name.endswith(s)))]
+    else:
+        return None
+    match = _TRAILING_RANK.search(stem)
+    return int(match.group(1)) if match and int(match.group(1)) < MAX_RANK else None
 
 
 def snapshot_dump_name(rank: int) -> str:
@@ -294,7 +320,8 @@ def finish(found: Found, prefix_given: bool = False) -> Discovery:
             raise UsageError(
                 f"two dump files claim rank {dump_file.rank}: {display_path(first.path)} and {display_path(dump_file.path)}; "
                 "move the one that does not belong out of the folder, or choose one name with --prefix")
-    return Discovery(tuple(candidates), tuple(skipped), tuple(ignored), tuple(unread), frozenset(found.identities))
+    return Discovery(tuple(candidates), tuple(skipped), tuple(ignored), tuple(unread), frozenset(found.identities),
+                     tuple(found.stacks))
 
 
 def family_key(prefix: str) -> str:

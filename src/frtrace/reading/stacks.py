@@ -1,50 +1,188 @@
-"""Where a rank's Python program is, from the debug server's `dump_traceback` answer
-(faulthandler's text: a `Thread 0x... (most recent call first):` line per thread, then its frames,
-`  File "path", line N in func`, innermost first)."""
+"""Where a rank's Python program is, from a stack file written beside its dump or by the debug
+server: faulthandler's text (`dump_traceback`, `faulthandler.dump_traceback`: a `Thread 0x...
+(most recent call first):` line per thread, then `  File "path", line N in func`, innermost
+first), or py-spy's `dump` (text: `Thread N (idle): "MainThread"` then `    func (file.py:N)`;
+`--json`: a list of threads with their frames).
+
+A stack file is data: read under a size cap, parsed by patterns, never evaluated; what it says
+reaches a terminal or a page only through `printable` or the page's escaping.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import stat
+from dataclasses import dataclass
 
-from ..errors import printable
+from ..errors import display_path, printable
 
-_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+")
-_FRAME = re.compile(r'^\s+File "(.{1,4096})", line (\d{1,9}) in (\S{1,4096})\s*$')
+MAX_STACK_BYTES = 4 << 20  # a few hundred threads' stacks are well under this
+MAX_LINES = 100_000
+MAX_THREADS = 4096
+
+_FAULTHANDLER_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-fA-F]+")
+_FAULTHANDLER_FRAME = re.compile(r'^\s+File "(.{1,4096})", line (\d{1,9}) in (\S{1,4096})\s*$')
+_PYSPY_THREAD = re.compile(r'^Thread (?:0x)?[0-9a-fA-F]{1,20} \((?:idle|active|gil)[^)]{0,40}\)(?:: "(.{0,200})")?\s*$')
+_PYSPY_FRAME = re.compile(r"^\s{4}(\S.{0,4095}?) \((.{1,4096}?):(\d{1,9})\)\s*$")
 _LIBRARY = ("/site-packages/", "/dist-packages/", "/lib/python3")  # torch, the rest of a venv, the standard library
+# py-spy's text names files by their base name only: the library files a training thread waits in
+_LIBRARY_NAMES = frozenset({"distributed_c10d.py", "c10d_logger.py", "threading.py", "selectors.py", "queue.py",
+                            "socket.py", "subprocess.py", "_ops.py", "module.py"})
+
+Frame = tuple[str, int, str]  # (file, line, function)
 
 
-def threads(text: str, max_lines: int = 100_000) -> list[list[tuple[str, int, str]]]:
-    """Each thread's frames (file, line, function), innermost first, in the order the text has them."""
-    found: list[list[tuple[str, int, str]]] = []
-    for line in text.splitlines()[:max_lines]:
-        if _THREAD.match(line):
-            found.append([])
-        elif found and (frame := _FRAME.match(line)):
-            found[-1].append((frame.group(1), int(frame.group(2)), frame.group(3)))
-    return found
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """One thread's frames, innermost first; its name where the format gives one."""
+
+    name: str | None
+    frames: tuple[Frame, ...]
+
+
+def parse(data: bytes | str) -> list[Thread] | None:
+    """The threads of a stack file in any of the three formats, in its order; None where it is
+    none of them (no thread with a frame)."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    if text.lstrip().startswith("["):
+        return _pyspy_json(text)
+    found: list[Thread] = []
+    name: str | None = None
+    frames: list[Frame] | None = None
+    for line in text.splitlines()[:MAX_LINES]:
+        if _FAULTHANDLER_THREAD.match(line) or (spy := _PYSPY_THREAD.match(line)):
+            if frames is not None:
+                found.append(Thread(name, tuple(frames)))
+            if len(found) >= MAX_THREADS:
+                frames = None
+                break
+            name, frames = (None if _FAULTHANDLER_THREAD.match(line) else spy.group(1)), []
+        elif frames is not None and (frame := _FAULTHANDLER_FRAME.match(line)):
+            frames.append((frame.group(1), int(frame.group(2)), frame.group(3)))
+        elif frames is not None and (frame := _PYSPY_FRAME.match(line)):
+            frames.append((frame.group(2), int(frame.group(3)), frame.group(1)))
+    if frames is not None:
+        found.append(Thread(name, tuple(frames)))
+    return found if any(t.frames for t in found) else None
+
+
+def _pyspy_json(text: str) -> list[Thread] | None:
+    try:
+        threads = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(threads, list):
+        return None
+    found = []
+    for thread in threads[:MAX_THREADS]:
+        frames = thread.get("frames") if isinstance(thread, dict) else None
+        if not isinstance(frames, list):
+            continue
+        kept = tuple((f["filename"], f["line"], f["name"]) for f in frames
+                     if isinstance(f, dict) and isinstance(f.get("filename"), str) and type(f.get("line")) is int
+                     and isinstance(f.get("name"), str))
+        name = thread.get("thread_name")
+        found.append(Thread(name if isinstance(name, str) else None, kept))
+    return found if any(t.frames for t in found) else None
 
 
 def _own(filename: str) -> bool:
-    return not any(part in filename for part in _LIBRARY) and not filename.startswith("<")
+    return (not any(part in filename for part in _LIBRARY) and not filename.startswith("<")
+            and filename.rsplit("/", 1)[-1] not in _LIBRARY_NAMES)
+
+
+def main_thread(found: list[Thread]) -> Thread | None:
+    """The training thread: the one py-spy names MainThread, else the one that runs the script
+    (`<module>` outermost), else the first with a frame of the program's own."""
+    named = [t for t in found if t.name == "MainThread" and t.frames]
+    if named:
+        return named[0]
+    script = [t for t in found if t.frames and t.frames[-1][2] == "<module>"]
+    if script:
+        return script[0]
+    return next((t for t in found if any(_own(f[0]) for f in t.frames)), None)
+
+
+def place(thread: Thread) -> str | None:
+    """'at train.py:88 in load_batch', with the library call it waits in where the innermost frame
+    is one ('..., in all_reduce (distributed_c10d.py)'); None where the thread has no frame of the
+    program's own."""
+    own = next((f for f in thread.frames if _own(f[0])), None)
+    if own is None:
+        return None
+    filename, line, function = own
+    said = f"at {printable(_short(filename))}:{line} in {printable(function)}"
+    inner = thread.frames[0]
+    if inner is not own:
+        said += f", in {printable(inner[2])} ({printable(_short(inner[0]))})"
+    return said
+
+
+def in_torch_distributed(thread: Thread) -> str | None:
+    """The torch.distributed call the thread waits in ('recv', 'all_reduce'), where its innermost
+    frames, before any of the program's own, hold one; None where it is elsewhere."""
+    for filename, _, function in thread.frames:
+        if _own(filename):
+            return None
+        if _short(filename) == "distributed_c10d.py":
+            return function
+    return None
+
+
+def in_data_loader(thread: Thread) -> bool:
+    """Whether the thread is inside torch's data loader (a frame of torch/utils/data): fetching a
+    batch, in the loader's own code or in the dataset's it calls."""
+    return any("torch/utils/data/" in filename for filename, _, _ in thread.frames)
 
 
 def where(text: str) -> str | None:
-    """'at train.py:88 in load_batch', with the library call it waits in where the innermost frame
-    is one ('..., in all_reduce (distributed_c10d.py)'): the program's own innermost frame, on the
-    first thread that has one (the training thread; the server's own thread has no Python frame).
-    None where no thread shows one."""
-    for frames in threads(text):
-        own = next((f for f in frames if _own(f[0])), None)
-        if own is None:
-            continue
-        filename, line, function = own
-        said = f"at {printable(_short(filename))}:{line} in {printable(function)}"
-        inner = frames[0]
-        if inner is not own:
-            said += f", in {printable(inner[2])} ({printable(_short(inner[0]))})"
-        return said
-    return None
+    """Where the program is, from a stack file's text (place of its main thread); None where no
+    thread shows a frame of its own."""
+    found = parse(text)
+    thread = main_thread(found) if found else None
+    return place(thread) if thread else None
 
 
 def _short(filename: str) -> str:
     return filename.rsplit("/", 1)[-1]
+
+
+def read_stacks(path: str) -> tuple[list[Thread] | None, str | None]:
+    """(threads, None) from a stack file, or (None, why it cannot serve): a regular file only,
+    never waited on, read up to MAX_STACK_BYTES."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        return None, f"cannot open it ({exc.strerror})"
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None, "not a regular file; not read"
+        raw = handle.read(MAX_STACK_BYTES + 1)
+    if len(raw) > MAX_STACK_BYTES:
+        return None, f"over {MAX_STACK_BYTES >> 20} MiB; not read"
+    found = parse(raw)
+    if found is None:
+        return None, "not a stack frtrace reads (faulthandler's text, py-spy dump's text or --json)"
+    return found, None
+
+
+def read_stack_files(files: tuple[tuple[int, str], ...], ranks: set[int]) -> tuple[dict[int, list[Thread]], list[str]]:
+    """The stack files of the job's ranks read ({rank: threads}), and a note for each file that
+    cannot serve, or that is a second one for its rank: a bad file costs that file only."""
+    stacks: dict[int, list[Thread]] = {}
+    used: dict[int, str] = {}
+    notes = []
+    for rank, path in sorted(files, key=lambda item: (item[0], item[1])):
+        if rank not in ranks:
+            notes.append(f"{display_path(path)}: the stacks of rank {rank}, which is not a rank of this dump set; not used")
+        elif rank in used:
+            notes.append(f"{display_path(path)}: a second stack file of rank {rank}; {display_path(used[rank])} is used")
+        else:
+            found, why = read_stacks(path)
+            if found is None:
+                notes.append(f"{display_path(path)}: {why}; rank {rank}'s Python stack is not used")
+            else:
+                stacks[rank], used[rank] = found, path
+    return stacks, notes
