@@ -296,6 +296,16 @@ def _live(port: int, out: Path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+def _live_on_real_job(fault: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """frtrace live on a real 4-rank job (tests/livejob.py FAULT), which is ended after."""
+    job, port = _real_job(fault, 4)
+    try:
+        return _live(port, out, *extra)
+    finally:
+        os.killpg(job.pid, 9)
+        job.wait()
+
+
 def _resolves_own_name() -> bool:
     try:
         return bool(socket.getaddrinfo(socket.gethostname(), None))
@@ -313,12 +323,7 @@ def _resolves_own_name() -> bool:
 def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it_is_doing(fault, now, cause, tmp_path):
     """4 gloo ranks with PyTorch's debug server on; rank 2 leaves out the world all_reduce the
     others wait in and goes on to its tp all_reduce (skip), or sleeps before it (stall)."""
-    job, port = _real_job(fault, 4)
-    try:
-        done = _live(port, tmp_path / "snap")
-    finally:
-        os.killpg(job.pid, 9)
-        job.wait()
+    done = _live_on_real_job(fault, tmp_path / "snap")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("DESYNC: rank 2 never joined all_reduce #4 of default_pg"), done.stdout
@@ -335,12 +340,7 @@ def test_a_real_hanging_gloo_job_is_read_live_and_its_culprit_named_with_what_it
 @pytest.mark.skipif(not _resolves_own_name(), reason="the debug server's addresses name this host, which cannot resolve its name")
 def test_a_real_gloo_job_whose_rank_died_names_it_as_the_rank_that_did_not_answer(tmp_path, capsys):
     """Rank 2's process ends (os._exit) before the world all_reduce the others then wait in."""
-    job, port = _real_job("die", 4)
-    try:
-        done = _live(port, tmp_path / "snap")
-    finally:
-        os.killpg(job.pid, 9)
-        job.wait()
+    done = _live_on_real_job("die", tmp_path / "snap")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("DESYNC: rank 2 did not answer when frtrace live asked (the process may be gone or "
@@ -357,12 +357,7 @@ def test_a_real_gloo_job_whose_rank_died_names_it_as_the_rank_that_did_not_answe
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the real job needs torch (pip install 'frtrace[replay]')")
 @pytest.mark.skipif(not _resolves_own_name(), reason="the debug server's addresses name this host, which cannot resolve its name")
 def test_a_real_healthy_gloo_job_is_progressing(tmp_path):
-    job, port = _real_job("healthy", 4)
-    try:
-        done = _live(port, tmp_path / "snap", "--interval", "1")
-    finally:
-        os.killpg(job.pid, 9)
-        job.wait()
+    done = _live_on_real_job("healthy", tmp_path / "snap", "--interval", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("PROGRESSING: all 4 ranks moved between A and B"), done.stdout
 
