@@ -129,3 +129,20 @@ def test_stacks_in_a_folder_without_dumps_of_their_ranks_change_nothing(dump_dir
     (folder / "stacks").mkdir()
     (folder / "stacks" / "rank_0.txt").write_text(FAULTHANDLER)
     assert main(["-d", str(folder)]) == 0 and capsys.readouterr().out.startswith("CLEAN")
+
+
+def test_a_culprit_elsewhere_than_most_of_its_group_is_named_with_where_they_are(tmp_path, capsys):
+    """Real stacks (faulthandler, 2.5 s into the hang): rank 7 skipped its dp all_reduce and waits
+    in the world all_reduce, where its dp peers 1, 3, 5 wait in dp."""
+    code, report, _ = _report(FIXTURES / "stacks_two_faults_hidden_ranks2_7", tmp_path, capsys)
+    odd = [e for e in report["evidence"] if e.startswith("stacks: rank 7 is at")]
+    assert code == 1 and len(odd) == 1, report["evidence"]
+    mine, theirs = odd[0].split("; ")
+    assert mine.endswith("in all_reduce (distributed_c10d.py)") and theirs.startswith("3 of its 3 dp peers are at")
+    assert mine.split(" is ")[1] != theirs.split(" are ")[1]
+
+
+def test_no_majority_of_peers_names_no_odd_one_out(tmp_path, capsys):
+    stacks = {f"stacks/rank_{r}.txt": FAULTHANDLER.replace("data.py", f"part{r}.py") for r in range(4)}
+    _, report, _ = _report(_set_with(tmp_path, "skip_rank2", stacks), tmp_path, capsys)
+    assert not [e for e in report["evidence"] if " peers are " in e]

@@ -166,6 +166,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
     for rank, (cause, said, why) in _with_stacks(causes, stacks or {}).items():
         causes[rank] = (cause, said)
         seen_in_stacks.append(f"stacks: {why}")
+    seen_in_stacks.extend(f"stacks: {said}" for said in _odd_one_out(sorted(set(culprits)), table.groups, stacks or {}))
     if verdict == "inconclusive":
         causes = {rank: ("unknown", "the dumps cannot decide") for rank in culprits} or causes
     decided_by = "; ".join(dict.fromkeys(evidence))
@@ -266,6 +267,25 @@ def _with_stacks(causes: dict[int, tuple[str, str]], stacks: dict) -> dict[int, 
         else:
             changed[rank] = (cause, f"{said}; its Python stack: {at}", f"rank {rank}'s Python stack: {at}")
     return changed
+
+
+def _odd_one_out(culprits: list[int], groups, stacks: dict) -> list[str]:
+    """Each culprit whose training thread is elsewhere than most of its peers', in the smallest
+    group of three or more where most of its peers' stacks agree: "rank 5 is at data.py:88 in
+    load_batch; 3 of its 3 dp peers are at train.py:120 in step, in all_reduce (...)"."""
+    places = {rank: at for rank, found in stacks.items() if (thread := main_thread(found)) and (at := place(thread))}
+    said = []
+    for rank in culprits:
+        if rank not in places:
+            continue
+        for group in sorted((g for g in groups if rank in g.ranks and len(g.ranks) >= 3), key=lambda g: len(g.ranks)):
+            peers = [places[r] for r in group.ranks if r != rank and r in places]
+            common, count = Counter(peers).most_common(1)[0] if peers else (None, 0)
+            if count * 2 > len(group.ranks) - 1 and common != places[rank]:
+                said.append(f"rank {rank} is {places[rank]}; {count} of its {len(group.ranks) - 1} {group.label} peers "
+                            f"are {common}")
+                break
+    return said
 
 
 def _one_cause(verdict: str, causes: dict[int, tuple[str, str]]) -> str | None:
