@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..errors import OutputError, UsageError, display_path, printable
+from ..reading.limits import read_small
 from ..reading.discover import SNAPSHOT_MANIFEST, SNAPSHOT_OTHER_RECORDER, SNAPSHOT_STACKS, snapshot_dump_name
 
 # The backend-neutral recorder (gloo's ops) and, in CUDA builds, the NCCL one, whole: two buffers of
@@ -75,20 +76,14 @@ MAX_WORKERS_FILE_BYTES = 64 << 20  # a million ranks' addresses
 
 
 def read_workers_file(path: str) -> list[str]:
-    """The addresses in a file, one per line in rank order (blank lines and '#' comments skipped);
-    a regular file only, read up to a cap. UsageError naming the file where it cannot serve."""
-    import stat
-
-    try:  # never a FIFO that would block, never a device
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    """The addresses in a file, one per line in rank order (blank lines and '#' comments skipped),
+    read by limits.read_small. UsageError naming the file where it cannot serve."""
+    try:
+        raw = read_small(path, MAX_WORKERS_FILE_BYTES)
     except OSError as exc:
         raise UsageError(f"--workers-file {display_path(path)}: cannot open it ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise UsageError(f"--workers-file {display_path(path)}: not a regular file; give a file of addresses")
-        raw = handle.read(MAX_WORKERS_FILE_BYTES + 1)
-    if len(raw) > MAX_WORKERS_FILE_BYTES:
-        raise UsageError(f"--workers-file {display_path(path)}: over {MAX_WORKERS_FILE_BYTES >> 20} MiB; not a list of addresses")
+    except ValueError as exc:
+        raise UsageError(f"--workers-file {display_path(path)}: {exc}; give a file of addresses, one per line") from None
     lines = (line.partition("#")[0].strip() for line in raw.decode("utf-8", "replace").splitlines())
     addresses = [line for line in lines if line]
     if not addresses:

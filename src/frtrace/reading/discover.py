@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError, display_path, printable
-from .limits import MAX_DUMP_BYTES, MAX_RANK
+from .limits import MAX_DUMP_BYTES, MAX_RANK, read_small
 from ..types import SkippedFile
 
 HEAD_BYTES = 64
@@ -264,15 +264,9 @@ def _live_snapshot(directory: str, found: Found) -> None:
     the stacks/ folder are its own, not stray files, and a rank that did not answer is a rank of the
     job whose dump could not be read, with why."""
     path = os.path.join(directory, SNAPSHOT_MANIFEST)
-    try:  # a regular file only, never a link, a FIFO or a device: opened without waiting
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "rb") as handle:
-            raw = handle.read(MAX_MANIFEST_BYTES + 1) if stat.S_ISREG(os.fstat(handle.fileno()).st_mode) else b""
-        manifest = json.loads(raw) if 0 < len(raw) <= MAX_MANIFEST_BYTES else None
-    except (OSError, ValueError, RecursionError):
+    try:  # never through a link: a manifest elsewhere does not speak for this folder
+        manifest = json.loads(read_small(path, MAX_MANIFEST_BYTES, follow_links=False))
+    except (OSError, ValueError, RecursionError):  # no manifest, or none to trust: not a snapshot
         return
     ranks = manifest.get("ranks") if isinstance(manifest, dict) else None
     if not isinstance(ranks, list) or not ranks or not all(

@@ -10,6 +10,7 @@ file under a memory ceiling.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,6 +31,21 @@ MAX_ENTRIES = 1_000_000  # entries in one dump; a recorder keeps 2,000 by defaul
 _PARSE_FLOOR = 64 << 20
 _PARSE_FACTOR = 32
 PARSE_CAP = 1 << 30
+
+
+def read_small(path: str, cap: int, *, follow_links: bool = True) -> bytes:
+    """The bytes of a small file beside the dumps (a manifest, a stack file, a list of addresses):
+    a regular file only, opened without waiting (never a FIFO or a device; never through a link
+    unless `follow_links`), read up to `cap` bytes. OSError where it cannot be opened or read;
+    ValueError, with the reason, where it is not a regular file or is over the cap."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(os.open(path, flags), "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("not a regular file; not read")
+        raw = handle.read(cap + 1)
+    if len(raw) > cap:
+        raise ValueError(f"over {cap >> 20} MiB; not read")
+    return raw
 
 
 def parse_allowance(file_size: int) -> int:

@@ -11,12 +11,11 @@ reaches a terminal or a page only through `printable` or the page's escaping.
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass
 
 from ..errors import display_path, printable
+from .limits import read_small
 
 MAX_STACK_BYTES = 4 << 20  # a few hundred threads' stacks are well under this
 MAX_LINES = 100_000
@@ -150,18 +149,14 @@ def _short(filename: str) -> str:
 
 
 def read_stacks(path: str) -> tuple[list[Thread] | None, str | None]:
-    """(threads, None) from a stack file, or (None, why it cannot serve): a regular file only,
-    never waited on, read up to MAX_STACK_BYTES."""
+    """(threads, None) from a stack file, or (None, why it cannot serve): limits.read_small, up to
+    MAX_STACK_BYTES."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        raw = read_small(path, MAX_STACK_BYTES)
     except OSError as exc:
-        return None, f"cannot open it ({exc.strerror})"
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None, "not a regular file; not read"
-        raw = handle.read(MAX_STACK_BYTES + 1)
-    if len(raw) > MAX_STACK_BYTES:
-        return None, f"over {MAX_STACK_BYTES >> 20} MiB; not read"
+        return None, f"cannot read it ({exc.strerror})"
+    except ValueError as exc:
+        return None, str(exc)
     found = parse(raw)
     if found is None:
         return None, "not a stack frtrace reads (faulthandler's text, py-spy dump's text or --json)"
