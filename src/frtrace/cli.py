@@ -472,7 +472,7 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
     """Fetch every rank at once, keep the snapshot, analyse it as a dump set."""
     from .live.fetch import Answer, fetch_all, store_workers, worker_url, write_snapshot
     from .reading.discover import SNAPSHOT_OTHER_RECORDER
-    from .reading.stacks import where
+    from .reading.stacks import where_in
 
     if options.store:
         urls, missing = store_workers(options.store, options.world, options.timeout)
@@ -511,10 +511,10 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
         raise UsageError("no rank answered: check the worker addresses and that the job runs with the debug server on")
     result = analyze_dumps(later, jobs=options.jobs)  # the manifest says who did not answer (reading/discover.py)
     moved = _moved(analyze_dumps(os.path.join(out_dir, "a"), jobs=options.jobs), result) if options.interval else None
-    stacks = {a.rank: a.stacks.decode("utf-8", "replace") for a in answers if a.stacks is not None}
+    stacks = result.loaded.stacks  # the snapshot's stacks/ as the analysis read them (reading/stacks.py)
     gone = {a.rank for a in silent}
-    places = {rank: place for rank in result.culprit_ranks
-              if (place := "did not answer" if rank in gone else where(stacks[rank]) if rank in stacks else None)}
+    places = {rank: at for rank in result.culprit_ranks
+              if (at := "did not answer" if rank in gone else where_in(stacks[rank]) if rank in stacks else None)}
     now = [f"rank {rank} {place}" for rank, place in places.items()]
     if options.json_path:
         _live_json(options.json_path, result, out, out_dir, answers, places, moved)
@@ -524,7 +524,7 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
         return EXIT_CLEAN
     if options.json_path != "-":
         lines = result.text().split("\n")
-        head = 2 if len(lines) > 1 and lines[1].startswith("Cause: ") else 1  # the verdict and its cause first
+        head = 2 if result.analysis.causes else 1  # the verdict, and its Cause line where it has one
         said = [f"Now (the ranks' Python stacks): {'; '.join(now)}"] if now else []
         said += [f"Between the two snapshots: {moved.headline}"] if moved is not None else []
         _printed(out, lambda: out.write("\n".join(lines[:head] + said + lines[head:])))

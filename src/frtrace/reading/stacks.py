@@ -137,10 +137,14 @@ def in_data_loader(thread: Thread) -> bool:
 
 
 def where(text: str) -> str | None:
-    """Where the program is, from a stack file's text (place of its main thread); None where no
-    thread shows a frame of its own."""
-    found = parse(text)
-    thread = main_thread(found) if found else None
+    """Where the program is, from a stack file's text: where_in its threads."""
+    return where_in(parse(text) or [])
+
+
+def where_in(found: list[Thread]) -> str | None:
+    """Where the program is: the place of its main thread; None where no thread shows a frame of
+    its own."""
+    thread = main_thread(found)
     return place(thread) if thread else None
 
 
