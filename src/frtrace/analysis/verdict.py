@@ -163,10 +163,12 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
                             + (f" ({'; '.join(said)})" if said else ""))
     causes = _causes(sorted(set(culprits)), named_by, undecidable, dumps, graph)
     seen_in_stacks = []  # what the stacks showed: evidence of the cause, never of who the culprit is
-    for rank, (cause, said, why) in _with_stacks(causes, stacks or {}).items():
+    mains = {rank: thread for rank, found in (stacks or {}).items() if (thread := main_thread(found))}
+    places = {rank: at for rank, thread in mains.items() if (at := place(thread))}  # each rank's, found once
+    for rank, (cause, said, why) in _with_stacks(causes, undecidable, mains, places).items():
         causes[rank] = (cause, said)
         seen_in_stacks.append(f"stacks: {why}")
-    seen_in_stacks.extend(f"stacks: {said}" for said in _odd_one_out(sorted(set(culprits)), table.groups, stacks or {}))
+    seen_in_stacks.extend(f"stacks: {said}" for said in _odd_one_out(sorted(set(culprits)), table.groups, places))
     if verdict == "inconclusive":
         causes = {rank: ("unknown", "the dumps cannot decide") for rank in culprits} or causes
     decided_by = "; ".join(dict.fromkeys(evidence))
@@ -236,7 +238,8 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
     return causes
 
 
-def _with_stacks(causes: dict[int, tuple[str, str]], stacks: dict) -> dict[int, tuple[str, str, str]]:
+def _with_stacks(causes: dict[int, tuple[str, str]], undecidable: set[int], mains: dict, places: dict[int, str]
+                 ) -> dict[int, tuple[str, str, str]]:
     """Each culprit's cause with what its Python stack shows: (cause, said, why) where it has one.
 
     A stack never overrules the dumps; it picks between what they leave open. A rank in no op its
@@ -246,12 +249,12 @@ def _with_stacks(causes: dict[int, tuple[str, str]], stacks: dict) -> dict[int, 
     no Python frame, so it reads as the line that called it, like compute does."""
     changed = {}
     for rank, (cause, said) in causes.items():
-        thread = main_thread(stacks[rank]) if rank in stacks else None
-        at = place(thread) if thread else None
-        if at is None:
+        if rank not in places:
             continue
+        at, thread = places[rank], mains[rank]
         call = in_torch_distributed(thread)
-        open_question = cause == "compute_or_data_stall" or said.startswith(UNSEEN)
+        unseen = cause == "unknown" and rank in undecidable  # in no op the dumps show (UNSEEN)
+        open_question = cause == "compute_or_data_stall" or unseen
         if open_question and call is not None:
             changed[rank] = ("unknown", f"waits in {call} (distributed_c10d.py), which its dump does not record: it waits "
                                         f"for a peer; its Python stack: {at}",
@@ -260,7 +263,7 @@ def _with_stacks(causes: dict[int, tuple[str, str]], stacks: dict) -> dict[int, 
             changed[rank] = ("compute_or_data_stall", f"in no collective: loading data (torch's DataLoader); its Python "
                                                       f"stack: {at}",
                              f"rank {rank}'s Python stack shows it in the data loader, {at}")
-        elif said.startswith(UNSEEN):
+        elif unseen:
             changed[rank] = (cause, f"{said}; its Python stack, {at}, cannot tell: a wait on a request (work.wait()) "
                                     "shows as the line that called it, as compute does",
                              f"rank {rank}'s Python stack: {at}")
@@ -269,11 +272,11 @@ def _with_stacks(causes: dict[int, tuple[str, str]], stacks: dict) -> dict[int, 
     return changed
 
 
-def _odd_one_out(culprits: list[int], groups, stacks: dict) -> list[str]:
-    """Each culprit whose training thread is elsewhere than most of its peers', in the smallest
-    group of three or more where most of its peers' stacks agree: "rank 5 is at data.py:88 in
-    load_batch; 3 of its 3 dp peers are at train.py:120 in step, in all_reduce (...)"."""
-    places = {rank: at for rank, found in stacks.items() if (thread := main_thread(found)) and (at := place(thread))}
+def _odd_one_out(culprits: list[int], groups, places: dict[int, str]) -> list[str]:
+    """Each culprit whose training thread is elsewhere than most of its peers' (`places`: where
+    each rank's is), in the smallest group of three or more where most of its peers' stacks
+    agree: "rank 5 is at data.py:88 in load_batch; 3 of its 3 dp peers are at train.py:120 in
+    step, in all_reduce (...)"."""
     said = []
     for rank in culprits:
         if rank not in places:
