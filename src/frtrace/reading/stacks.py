@@ -51,13 +51,13 @@ def parse(data: bytes | str) -> list[Thread] | None:
     name: str | None = None
     frames: list[Frame] | None = None
     for line in text.splitlines()[:MAX_LINES]:
-        if _FAULTHANDLER_THREAD.match(line) or (spy := _PYSPY_THREAD.match(line)):
+        if header := _FAULTHANDLER_THREAD.match(line) or _PYSPY_THREAD.match(line):
             if frames is not None:
                 found.append(Thread(name, tuple(frames)))
             if len(found) >= MAX_THREADS:
                 frames = None
                 break
-            name, frames = (None if _FAULTHANDLER_THREAD.match(line) else spy.group(1)), []
+            name, frames = (header.group(1) if header.re is _PYSPY_THREAD else None), []  # faulthandler names none
         elif frames is not None and (frame := _FAULTHANDLER_FRAME.match(line)):
             frames.append((frame.group(1), int(frame.group(2)), frame.group(3)))
         elif frames is not None and (frame := _PYSPY_FRAME.match(line)):
