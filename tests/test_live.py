@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, unused_port
 from frtrace.cli import main
 from frtrace.errors import UsageError
 from frtrace.live import fetch
@@ -277,7 +277,7 @@ def test_no_rank_answering_is_a_connection_error(tmp_path, capsys):
 
 def _real_job(fault: str, world: int):
     """A real gloo job (tests/livejob.py) and its store's port; end it with os.killpg(job.pid, 9)."""
-    port = _closed_port()
+    port = unused_port()
     job = subprocess.Popen([sys.executable, str(Path(__file__).with_name("livejob.py")), fault, str(world), str(port)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     return job, port

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import scenario_dirs
+from conftest import scenario_dirs, unused_port
 from frtrace.cli import main
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -225,8 +225,6 @@ def test_a_healthy_replay_ends_on_every_rank_with_the_store_host_last(tmp_path):
 
 @needs_torch
 def test_a_rank_launched_by_torchrun_says_its_failure_on_the_terminal_not_in_its_log(tmp_path):
-    import socket
-
     out = tmp_path / "one"
     out.mkdir()
     plan = {"format": "frtrace-replay", "version": 1, "mode": "as-recorded", "world_size": 1, "silent_ranks": [],
@@ -234,10 +232,8 @@ def test_a_rank_launched_by_torchrun_says_its_failure_on_the_terminal_not_in_its
             "ranks": {"0": [{"op": "all_reduce", "group": "g0", "in": [[4]], "out": [[4]], "dtype": "Float"}]}}
     (out / "plan.json").write_text(json.dumps(plan))
     def torchrun_env() -> dict:  # a fresh port each run: the last run's may still be in TIME_WAIT (EADDRINUSE)
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        return {**__import__("os").environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        return {**__import__("os").environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(unused_port())}
 
     done = subprocess.run([sys.executable, "-m", "frtrace.replay", str(out), "--backend", "nccl", "--timeout", "2"],
                           capture_output=True, text=True, timeout=120, env=torchrun_env())  # this CPU build has no NCCL

@@ -195,9 +195,10 @@ def _is_default(group: dict, world: int) -> bool:
 
 
 def _rank_main(rank: int, plan: dict, backend: str, timeout: float, dumps: str, init: str, store_host: str,
-               store_port: int, logs: str | None = None) -> None:
+               store_port: int | None, logs: str | None = None) -> None:
     """One rank: the plan's groups and ops, its dump, then the end of the run agreed with the others
-    on a store of its own, the store's host (rank 0) leaving last. Its stderr goes to
+    on a store of its own (the job's, under torchrun: store_port None), the store's host (rank 0)
+    leaving last. Its stderr goes to
     `logs`/rank<R>.log where given (C++ frames of broken connections are the rank's, not the user's)."""
     if logs is not None:
         log = os.open(Path(logs) / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -217,7 +218,7 @@ def _rank_main(rank: int, plan: dict, backend: str, timeout: float, dumps: str, 
 
 
 def _run_rank(rank: int, plan: dict, backend: str, timeout: float, dumps: str, init: str, store_host: str,
-              store_port: int) -> dict:
+              store_port: int | None) -> dict:
     import torch
     import torch.distributed as dist
 
@@ -227,7 +228,10 @@ def _run_rank(rank: int, plan: dict, backend: str, timeout: float, dumps: str, i
     os.environ["TORCH_FR_BUFFER_SIZE"] = str(max(2000, 2 * len(listed) + 16))
     limit = datetime.timedelta(seconds=timeout)
     dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=limit)
-    store = dist.TCPStore(store_host, store_port, world, rank == 0, timeout=datetime.timedelta(seconds=timeout + 30))
+    if store_port is None:  # under torchrun: the job's store, no second port that may be taken
+        store = dist.PrefixStore("frtrace-replay-end", dist.distributed_c10d._get_default_store())
+    else:
+        store = dist.TCPStore(store_host, store_port, world, rank == 0, timeout=datetime.timedelta(seconds=timeout + 30))
     groups = {g["id"]: dist.new_group(g["ranks"], timeout=limit, group_desc=g["desc"] or None)
               for g in plan["groups"] if not _is_default(g, world)}
     notes: list[str] = []
@@ -309,11 +313,10 @@ def main(argv=None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     if torchrun:
         rank = int(os.environ["RANK"])
-        port = int(os.environ.get("MASTER_PORT", "29500"))
         stderr, saved = sys.stderr, os.dup(2)  # the rank's messages go to its log; the runner's own lines do not
         try:
             _rank_main(rank, plan, args.backend, args.timeout, str(dumps), "env://",
-                       os.environ.get("MASTER_ADDR", "127.0.0.1"), port + 1, str(logs))
+                       os.environ.get("MASTER_ADDR", "127.0.0.1"), None, str(logs))
             exitcode = 0
         except Exception:  # said in the rank's log by _rank_main, and in one line below
             exitcode = 1
