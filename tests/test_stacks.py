@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -146,3 +147,56 @@ def test_no_majority_of_peers_names_no_odd_one_out(tmp_path, capsys):
     stacks = {f"stacks/rank_{r}.txt": FAULTHANDLER.replace("data.py", f"part{r}.py") for r in range(4)}
     _, report, _ = _report(_set_with(tmp_path, "skip_rank2", stacks), tmp_path, capsys)
     assert not [e for e in report["evidence"] if " peers are " in e]
+
+
+def _outermost_first(path: Path) -> list[tuple[str, str, str]]:
+    """The first thread's frames of a faulthandler file (dump_traceback_later's one), outermost
+    first: (file name, line, function)."""
+    text = path.read_text().split("(most recent call first):", 1)[1]
+    frames = re.findall(r'File "(?:[^"]*/)?([^"/]+)", line (\d+) in (\S+)', text.split("\n\n", 1)[0])
+    return frames[::-1]
+
+
+def test_the_first_frame_where_a_culprit_parts_from_its_peers_is_said_and_marked(tmp_path, capsys):
+    """Real stacks: rank 2 loads data (torch's DataLoader) where ranks 0-1 wait in the world
+    all_reduce; the first frame apart, outermost first, is read from the files themselves."""
+    folder = FIXTURES / "stacks_data_stall_rank2"
+    mine, theirs = (_outermost_first(folder / f"nccl_trace_rank_{r}.stacks") for r in (2, 0))
+    at = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
+    apart = f"{mine[at][0]}:{mine[at][1]} in {mine[at][2]}"
+    code, report, _ = _report(folder, tmp_path, capsys)
+    odd = [e for e in report["evidence"] if e.startswith("stacks: rank 2 is at")]
+    assert code == 1 and len(odd) == 1 and "2 of its 3 default_pg peers are at" in odd[0], report["evidence"]
+    assert odd[0].endswith(f"their stacks part at {apart} against {theirs[at][0]}:{theirs[at][1]} in {theirs[at][2]}")
+    assert main(["-d", str(folder), "--html", str(tmp_path / "r.html")]) == 1
+    page = (tmp_path / "r.html").read_text()
+    table = page[page.index("<table class='stacks' id='now-2'>"):].split("</table>", 1)[0]
+    marked = [row for row in table.split("<tr") if row.startswith(" class=diff")]
+    assert len(marked) == 1 and f"&rarr; {apart}</td>" in marked[0], table
+
+
+def test_waiters_in_another_op_are_no_odd_ones_out(tmp_path, capsys):
+    """Real stacks, 8 ranks: ranks 1, 3, 5 wait in dp while four wait in the world all_reduce;
+    three against four is no odd one out (ranks 2 and 7, the culprits, are)."""
+    code, report, _ = _report(FIXTURES / "stacks_two_faults_hidden_ranks2_7", tmp_path, capsys)
+    named = sorted(int(e.split()[2]) for e in report["evidence"] if re.match(r"stacks: rank \d+ is ", e))
+    assert code == 1 and named == [2, 7], report["evidence"]
+
+
+def test_every_rank_apart_from_most_of_its_group_is_named_culprit_or_not(tmp_path, capsys):
+    """Two of eight ranks in a data loader, the other six in an all_reduce: both are named, rank
+    5 though the dumps name no culprit there, and the culprit's table is in the page."""
+    loader = ('Current thread 0x1 (most recent call first):\n'
+              '  File "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 725 in __next__\n'
+              '  File "/job/train.py", line 30 in step\n  File "/job/train.py", line 9 in <module>\n')
+    waiting = ('Current thread 0x1 (most recent call first):\n'
+               '  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2800 in all_reduce\n'
+               '  File "/job/train.py", line 31 in step\n  File "/job/train.py", line 9 in <module>\n')
+    stacks = {f"stacks/rank_{r}.txt": loader if r in (2, 5) else waiting for r in range(8)}
+    folder = _set_with(tmp_path, "stacks_two_faults_hidden_ranks2_7", stacks)
+    _, report, _ = _report(folder, tmp_path, capsys)
+    named = {int(e.split()[2]): e for e in report["evidence"] if re.match(r"stacks: rank \d+ is ", e)}
+    assert sorted(named) == [2, 5] and 5 not in report["culprit_ranks"], report["evidence"]
+    assert named[5].startswith("stacks: rank 5 is at train.py:30 in step, in __next__ (dataloader.py); ")
+    assert "peers are at train.py:31 in step, in all_reduce (distributed_c10d.py)" in named[5]
+    assert "their stacks part" not in named[5]  # they part at the rank's own innermost line, said already

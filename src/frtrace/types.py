@@ -386,6 +386,23 @@ class CollectiveCheck(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class StackApart:
+    """A rank's Python stack (its training thread's, from a stack file beside its dump) beside the
+    one most of its peers in `group` share, both outermost frame first; frames are (file, line,
+    function). `apart`: the index of the first frame where they part; `odd` where a majority of
+    its peers share a stack that is not its own (the rank is the odd one out)."""
+
+    rank: int
+    group: Group
+    frames: tuple[tuple[str, int, str], ...]
+    peers_frames: tuple[tuple[str, int, str], ...]
+    agreeing: int  # its peers at peers_frames
+    peers: int  # its peers in the group
+    apart: int
+    odd: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Analysis:
     """What the matcher concluded: the input of the builder and the report."""
 
@@ -404,3 +421,4 @@ class Analysis:
     blocked_in: dict[int, tuple[str, Group, int | None]] = field(default_factory=dict)  # rank -> (the op it waits in, its group, seq)
     causes: dict[int, tuple[str, str]] = field(default_factory=dict)  # culprit -> (cause, said in words); verdict.CAUSES
     cause: str | None = None  # the culprits' cause where they share one, "mixed" where not; None when clean
+    stacks_apart: tuple[StackApart, ...] = ()  # culprits' stacks beside their peers', and every odd one out

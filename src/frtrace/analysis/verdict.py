@@ -7,8 +7,9 @@ from collections import Counter, defaultdict
 
 from . import size_rules
 from .align import by_number, count_of, ranks_word, unit_label
-from ..types import Analysis, Entry, Finding
-from ..reading.stacks import in_data_loader, in_torch_distributed, main_thread, place
+from ..types import Analysis, Entry, Finding, StackApart
+from ..reading.stacks import (Thread, first_apart, frame_text, in_data_loader, in_torch_distributed, main_thread,
+                              outline, place)
 from .waitgraph import NEVER_STARTED, WaitGraph
 
 
@@ -165,10 +166,14 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
     seen_in_stacks = []  # what the stacks showed: evidence of the cause, never of who the culprit is
     mains = {rank: thread for rank, found in (stacks or {}).items() if (thread := main_thread(found))}
     places = {rank: at for rank, thread in mains.items() if (at := place(thread))}  # each rank's, found once
+    apart = _stacks_apart(sorted(set(culprits)), table.groups, mains)
+    odd_said = {seen.rank for seen in [seen for seen in apart if seen.odd][:MAX_ODD_SAID]}
     for rank, (cause, said, why) in _with_stacks(causes, undecidable, mains, places).items():
         causes[rank] = (cause, said)
-        seen_in_stacks.append(f"stacks: {why}")
-    seen_in_stacks.extend(f"stacks: {said}" for said in _odd_one_out(sorted(set(culprits)), table.groups, places))
+        plain = f"rank {rank}'s Python stack: {places[rank]}"
+        if why or rank not in odd_said:  # the odd one out's line says where it is, and where its peers are
+            seen_in_stacks.append(f"stacks: {why or plain}")
+    seen_in_stacks.extend(f"stacks: {said}" for said in _odd_ones_said(apart, places))
     if verdict == "inconclusive":
         causes = {rank: ("unknown", "the dumps cannot decide") for rank in culprits} or causes
     decided_by = "; ".join(dict.fromkeys(evidence))
@@ -198,6 +203,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
                     for rank, blocker in ((r, graph.blocker_of_op.get(k)) for r, k in graph.op_of.items()) if blocker},
         causes=causes,
         cause=_one_cause(verdict, causes),
+        stacks_apart=apart,
     )
 
 
@@ -240,7 +246,8 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
 
 def _with_stacks(causes: dict[int, tuple[str, str]], undecidable: set[int], mains: dict, places: dict[int, str]
                  ) -> dict[int, tuple[str, str, str]]:
-    """Each culprit's cause with what its Python stack shows: (cause, said, why) where it has one.
+    """Each culprit's cause with what its Python stack shows: (cause, said, why) where it has one;
+    why is None where the stack says only where the rank is (`places`), not the cause.
 
     A stack never overrules the dumps; it picks between what they leave open. A rank in no op its
     dump shows may compute or wait in a send or recv the dump does not record (gloo): a stack in
@@ -266,28 +273,76 @@ def _with_stacks(causes: dict[int, tuple[str, str]], undecidable: set[int], main
         elif unseen:
             changed[rank] = (cause, f"{said}; its Python stack, {at}, cannot tell: a wait on a request (work.wait()) "
                                     "shows as the line that called it, as compute does",
-                             f"rank {rank}'s Python stack: {at}")
+                             None)
         else:
-            changed[rank] = (cause, f"{said}; its Python stack: {at}", f"rank {rank}'s Python stack: {at}")
+            changed[rank] = (cause, f"{said}; its Python stack: {at}", None)
     return changed
 
 
-def _odd_one_out(culprits: list[int], groups, places: dict[int, str]) -> list[str]:
-    """Each culprit whose training thread is elsewhere than most of its peers' (`places`: where
-    each rank's is), in the smallest group of three or more where most of its peers' stacks
-    agree: "rank 5 is at data.py:88 in load_batch; 3 of its 3 dp peers are at train.py:120 in
-    step, in all_reduce (...)"."""
-    said = []
-    for rank in culprits:
-        if rank not in places:
-            continue
-        for group in sorted((g for g in groups if rank in g.ranks and len(g.ranks) >= 3), key=lambda g: len(g.ranks)):
-            peers = [places[r] for r in group.ranks if r != rank and r in places]
-            common, count = Counter(peers).most_common(1)[0] if peers else (None, 0)
-            if count * 2 > len(group.ranks) - 1 and common != places[rank]:
-                said.append(f"rank {rank} is {places[rank]}; {count} of its {len(group.ranks) - 1} {group.label} peers "
-                            f"are {common}")
+MAX_ODD_SAID = 8  # odd ones out named in the evidence; the rest are counted
+
+
+def _stacks_apart(culprits: list[int], groups, mains: dict) -> tuple[StackApart, ...]:
+    """Each rank's training thread (`mains`) beside its group peers': every rank whose stack is
+    not the one most of its peers share, in the smallest group of three or more where most of
+    them share one and at most half as many share its own (the odd one out: three waiters in
+    another op than four are no odd ones), culprits first; and each culprit that is no odd one out
+    beside the stack most of its peers share in its smallest group with a stack, so a page can
+    show where it is beside where they are. Stacks are compared as `outline`s."""
+    outlines = {rank: outline(thread) for rank, thread in mains.items()}
+    groups_of = defaultdict(list)
+    for group in groups:
+        for rank in group.ranks:
+            if rank in outlines:
+                groups_of[rank].append(group)
+    tallies: dict = {}  # a group's key -> how many of its members are at each outline
+
+    def peers_most(group, mine) -> tuple[tuple, int]:
+        if group.key not in tallies:
+            tallies[group.key] = Counter(outlines[r] for r in group.ranks if r in outlines)
+        # the rank itself taken out: its peers' most common outline is one of the two most common
+        top = [(found, count - (found == mine)) for found, count in tallies[group.key].most_common(2)]
+        return max(top, key=lambda item: item[1])
+
+    culprit_set = set(culprits)
+    found = []
+    for rank in sorted(outlines, key=lambda r: (r not in culprit_set, r)):
+        mine, nearest = outlines[rank], None
+        for group in sorted(groups_of[rank], key=lambda g: (len(g.ranks), g.name)):
+            peers = len(group.ranks) - 1
+            theirs, count = peers_most(group, mine)
+            if not count:
+                continue
+            # odd: most of its peers share a stack, and at most half as many ranks share its own
+            alike = tallies[group.key][mine]
+            seen = StackApart(rank, group, mine, theirs, count, peers, first_apart(mine, theirs),
+                              odd=peers >= 2 and count * 2 > peers and theirs != mine and alike * 2 <= count)
+            if seen.odd:
+                nearest = seen
                 break
+            nearest = nearest or seen
+        if nearest and (nearest.odd or rank in culprit_set):
+            found.append(nearest)
+    return tuple(found)
+
+
+def _odd_ones_said(apart: tuple[StackApart, ...], places: dict[int, str]) -> list[str]:
+    """The odd ones out in words: "rank 5 is at data.py:88 in load_batch; 3 of its 3 dp peers are
+    at train.py:120 in step, in all_reduce (distributed_c10d.py)", with the first frame where
+    their stacks part where it is above the rank's own innermost line."""
+    odd = [seen for seen in apart if seen.odd]
+    said = []
+    for seen in odd[:MAX_ODD_SAID]:
+        theirs = place(Thread(None, seen.peers_frames[::-1]))
+        line = (f"rank {seen.rank} is {places.get(seen.rank) or 'in no frame of its own'}; {seen.agreeing} of its "
+                f"{seen.peers} {seen.group.label} peers are {theirs or 'in no frame of their own'}")
+        innermost_own = max((i for i, f in enumerate(seen.frames) if f[1]), default=len(seen.frames))
+        if seen.apart < innermost_own and seen.apart < len(seen.peers_frames):
+            line += (f"; their stacks part at {frame_text(seen.frames[seen.apart])} against "
+                     f"{frame_text(seen.peers_frames[seen.apart])}")
+        said.append(line)
+    if len(odd) > MAX_ODD_SAID:
+        said.append(f"and {len(odd) - MAX_ODD_SAID} more ranks whose stacks are not their peers'")
     return said
 
 

@@ -4,7 +4,8 @@ One self-contained page (inline CSS, SVG and a few lines of script; nothing fetc
 from disk anywhere): the verdict and its evidence as the text report says them; a grid of ranks
 by groups coloured by where each rank stands in each group, with the culprits' rows and the root
 collective's column marked, identical rows folded into one at scale; the wait-for graph drawn;
-the culprit's stack beside the majority's at the divergence, the first differing frame marked;
+the culprit's stack beside the majority's at the divergence, and its Python stack now (a stack file
+beside its dump) beside its peers', the first differing frame marked;
 and the ranks that arrived last, where the dumps hold timings. Every string from a dump is
 escaped here, whatever the loader did.
 """
@@ -19,6 +20,7 @@ from typing import TextIO
 from ..analysis.align import entry_label, format_ranks, tracks_completion
 from ..reading.groups import GroupTable
 from .report import cause_text
+from ..reading.stacks import frame_text
 from .timeline import root_entries
 from ..types import Analysis, Dump, Finding
 
@@ -72,6 +74,7 @@ def write_html(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, ou
         _grid(analysis, dumps, table, root),
         _graph(analysis),
         _stacks(analysis, dumps, table, root),
+        _stacks_now(analysis),
         _late_plot(dumps, table),
         _notes(analysis),
         f"<script>{_SCRIPT}</script></body></html>\n",
@@ -297,6 +300,32 @@ def _stacks(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root:
             f"marked.{same}</p><table class='stacks' id='stacks'><tr><th>rank {culprit} (culprit) in {escape(where)}</th>"
             f"<th>{count} rank(s) in {escape(root.op)} #{root.collective_seq_id} of {escape(root.group.label)}</th></tr>"
             f"{''.join(rows)}</table>")
+
+
+MAX_STACKS_NOW = 4  # culprits whose stacks now are drawn
+
+
+def _stacks_now(analysis: Analysis) -> str:
+    """Each culprit's Python stack now (a stack file beside its dump) beside the one most of its
+    group peers share, outermost frame first, the first frame where they part marked."""
+    tables = []
+    for seen in [seen for seen in analysis.stacks_apart if seen.rank in analysis.culprit_ranks][:MAX_STACKS_NOW]:
+        rows = []
+        for i in range(max(len(seen.frames), len(seen.peers_frames))):
+            mine = frame_text(seen.frames[i]) if i < len(seen.frames) else ""
+            theirs = frame_text(seen.peers_frames[i]) if i < len(seen.peers_frames) else ""
+            marked = i == seen.apart
+            rows.append(f"<tr{' class=diff' if marked else ''}><td>{'&rarr; ' if marked else ''}{escape(mine)}</td>"
+                        f"<td>{escape(theirs)}</td></tr>")
+        same = "" if seen.apart < max(len(seen.frames), len(seen.peers_frames)) else "<p class='note'>The two stacks are the same.</p>"
+        tables.append(f"<table class='stacks' id='now-{seen.rank}'><tr><th>rank {seen.rank} (culprit)</th>"
+                      f"<th>{seen.agreeing} of its {seen.peers} {escape(seen.group.label)} peers</th></tr>{''.join(rows)}</table>"
+                      f"{same}")
+    if not tables:
+        return ""
+    return ("<h2>Where the programs are now</h2><p class='note'>The ranks' Python stacks, from the stack files beside "
+            "the dumps: outermost frame first, down to the program's own innermost line and the library call it is "
+            "in; the first frame that differs is marked.</p>" + "".join(tables))
 
 
 def _late_arrivals(dumps: dict[int, Dump], table: GroupTable) -> list[tuple[int, int, int, float]]:

@@ -119,6 +119,35 @@ def place(thread: Thread) -> str | None:
     return said
 
 
+def outline(thread: Thread) -> tuple[Frame, ...]:
+    """The thread's frames as two ranks' stacks are compared, outermost first: down to the
+    program's innermost own frame, then the library call it waits in (the innermost frame) with
+    no line, as `place` names it: where a library's wait loop polls is no difference between
+    two ranks. The whole stack where it has no frame of the program's own."""
+    own = next((i for i, f in enumerate(thread.frames) if _own(f[0])), None)
+    if own is None:
+        return thread.frames[::-1]
+    kept = thread.frames[own:][::-1]
+    if own:
+        filename, _, function = thread.frames[0]
+        kept += ((filename, 0, function),)
+    return kept
+
+
+def first_apart(one: tuple[Frame, ...], other: tuple[Frame, ...]) -> int:
+    """Where two outlines part: the index of their first differing frame, outermost first;
+    the shorter one's length where it is the start of the other, and the length where they are
+    the same."""
+    return next((i for i, (a, b) in enumerate(zip(one, other)) if a != b), min(len(one), len(other)))
+
+
+def frame_text(frame: Frame) -> str:
+    """'train.py:88 in load_batch' ('distributed_c10d.py in all_reduce' where `outline` left out
+    the line), printable."""
+    filename, line, function = frame
+    return f"{printable(_short(filename))}{f':{line}' if line else ''} in {printable(function)}"
+
+
 def in_torch_distributed(thread: Thread) -> str | None:
     """The torch.distributed call the thread waits in ('recv', 'all_reduce'), where its innermost
     frames, before any of the program's own, hold one; None where it is elsewhere."""
