@@ -93,6 +93,18 @@ def test_trace_shows_the_hang_first(tmp_path):
     assert [e["ph"] for e in flows] == ["s", "t", "f"] and {e["pid"] for e in flows} == {0, 2, 3}
 
 
+def test_a_root_collective_one_rank_issued_has_an_arrow_from_its_op_to_the_never_issued_span(tmp_path):
+    """Real gloo dumps: rank 3 alone issued all_reduce #4 of tp, which rank 2 never joined."""
+    events = trace_of("stacks_data_stall_rank2", tmp_path)
+    (never,) = [e for e in events if e.get("cat") == "never_issued"]
+    start, end = [e for e in events if e.get("cat") == "root_collective"]
+    issued = [e for e in events if e["ph"] == "X" and e["pid"] == 3 and e["tid"] == never["tid"]
+              and e["args"].get("collective_seq_id") == 4]
+    assert (start["ph"], start["pid"], end["ph"], end["pid"], end["bp"]) == ("s", 3, "f", 2, "e") and start["id"] == end["id"]
+    assert len(issued) == 1 and start["ts"] == issued[0]["ts"] and start["tid"] == end["tid"] == never["tid"]
+    assert never["pid"] == 2 and end["ts"] == never["ts"]  # bound to the span that encloses it: NEVER ISSUED
+
+
 def test_trace_ranks_and_trace_last_cut_a_big_job(tmp_path):
     path = tmp_path / "t.json"
     assert main(["-d", str(FIXTURES / "skip_goes_on"), "--chrome-trace", str(path), "--trace-ranks", "0", "--trace-last", "2"]) == 1

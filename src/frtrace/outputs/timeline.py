@@ -4,8 +4,9 @@ chrome://tracing. Events are written one at a time, never held as one big list.
 What a person should see first is the hang: ops that never completed run to a horizon well past
 the last recorded time (as long again as the whole trace), in a colour no completed op has; the
 culprit's row is marked where it stopped, the collective it never joined is drawn on its row
-where it should have been, and flow arrows tie the root collective across its ranks. The
-colours are the trace viewer's reserved names (it rejects any other `cname`).
+where it should have been, and flow arrows tie the root collective across its ranks (where one
+rank alone issued it, from its op to each NEVER ISSUED span). The colours are the trace viewer's
+reserved names (it rejects any other `cname`).
 """
 
 from __future__ import annotations
@@ -144,9 +145,8 @@ def _events(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, ranks
         issued = {r: e for r, e in root_entries(finding, dumps, table).items() if r in shown}
         starts = [s for s in map(_start, issued.values()) if s]
         begun = min(starts) if starts else last
-        for rank in finding.ranks:
-            if rank not in shown or rank in issued:
-                continue
+        never = [rank for rank in finding.ranks if rank in shown and rank not in issued]
+        for rank in never:
             # the collective it never joined, where it should have been: from when the others began it
             yield {"name": f"NEVER ISSUED: {finding.op} #{finding.collective_seq_id} of {finding.group.label}",
                    "cat": CATEGORY_NEVER, "cname": COLOUR[CATEGORY_NEVER], "ph": "X", "pid": rank, "tid": tid,
@@ -162,6 +162,14 @@ def _events(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, ranks
                 if event["ph"] == "f":
                     event["bp"] = "e"
                 yield event
+        elif linked:  # one issuer: an arrow from its op to each NEVER ISSUED span it waits for
+            issuer, entry = linked[0]
+            for rank in never:
+                flow += 1
+                yield {"name": f"{finding.op} #{finding.collective_seq_id}", "cat": "root_collective", "id": flow,
+                       "ph": "s", "pid": issuer, "tid": tid, "ts": us(_start(entry) or last)}
+                yield {"name": f"{finding.op} #{finding.collective_seq_id}", "cat": "root_collective", "id": flow,
+                       "ph": "f", "bp": "e", "pid": rank, "tid": tid, "ts": us(begun)}
         for rank in finding.ranks:
             if rank not in shown:
                 continue
