@@ -88,7 +88,9 @@ def mutate(data: bytes, other: bytes, kind: str, rng: random.Random) -> bytes:
 
 
 def fingerprint(folder: Path) -> dict[str, tuple[int, str]]:
-    return {p.name: (p.stat().st_mode, hashlib.sha256(p.read_bytes()).hexdigest()) for p in sorted(folder.iterdir())}
+    """Every file under the folder (a stacks/ folder's too): its mode and its bytes' hash."""
+    return {str(p.relative_to(folder)): (p.stat().st_mode, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def pack(folder: Path, archive: Path, fmt: str, extra: list[tuple[str, bytes]] = ()) -> Path:

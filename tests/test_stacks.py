@@ -200,3 +200,17 @@ def test_every_rank_apart_from_most_of_its_group_is_named_culprit_or_not(tmp_pat
     assert named[5].startswith("stacks: rank 5 is at train.py:30 in step, in __next__ (dataloader.py); ")
     assert "peers are at train.py:31 in step, in all_reduce (distributed_c10d.py)" in named[5]
     assert "their stacks part" not in named[5]  # they part at the rank's own innermost line, said already
+
+
+def test_py_spy_stacks_of_real_stuck_ranks_say_where_each_is_and_never_pick_the_culprit(tmp_path, capsys):
+    """py-spy read each rank of a real gloo job from outside while it hung: rank 3 skipped a tp
+    all_reduce and sits in the world one with ranks 0-1, so by stacks rank 2 (in tp) is the odd
+    one out; the dumps name rank 3, and its stack says where it is."""
+    folder = FIXTURES / "pyspy_tp_skip_rank3"
+    text = (folder / "stacks" / "rank_3.txt").read_text()
+    assert text.startswith("Process ") and 'Thread ' in text  # py-spy dump's text, as it wrote it
+    line, function = next((m.group(2), m.group(1)) for m in re.finditer(r"^\s+(\S+) \(generate_gloo\.py:(\d+)\)$", text, re.M))
+    code, report, _ = _report(folder, tmp_path, capsys)
+    assert code == 1 and report["culprit_ranks"] == [3] and report["cause"] == "divergence"
+    assert f"its Python stack: at generate_gloo.py:{line} in {function}, in all_reduce" in report["causes"]["3"]["said"]
+    assert [e for e in report["evidence"] if re.match(r"stacks: rank \d+ is ", e)][0].startswith("stacks: rank 2 is at")
