@@ -16,9 +16,11 @@ import threading
 import time
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from conftest import FIXTURES, unused_port
+from frtrace.outputs.report import schema_text
 from frtrace.cli import main
 from frtrace.errors import UsageError
 from frtrace.live import fetch
@@ -158,7 +160,10 @@ def test_two_snapshots_tell_a_moving_job_from_a_stuck_one(name, code, first, tmp
     said = capsys.readouterr()
     assert said.out.startswith(first), said.out
     assert ("Between the two snapshots: " in said.out) == (code == 1)
-    live = json.loads(report.read_text())["live"]  # what the text says, for scripts
+    payload = json.loads(report.read_text())
+    jsonschema.validate(payload, json.loads(schema_text("report")))  # the report's schema, with its "live" part
+    jsonschema.validate(payload["live"]["comparison"], json.loads(schema_text("compare")))
+    live = payload["live"]  # what the text says, for scripts
     assert live["comparison"]["verdict"] == ("progressing" if code == 0 else "stuck")
     assert live["now"] == ([] if code == 0 else [{"rank": 2, "where": "at train.py:88 in load_batch"}])
     assert live["silent"] == [] and live["snapshot"] == str(out)

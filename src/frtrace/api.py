@@ -119,7 +119,8 @@ class Result:
     def as_dict(self) -> dict[str, Any]:
         """The JSON report (docs: the JSON schema), as plain data."""
         loaded = self.loaded
-        return report_dict(self.analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps, loaded.unread)
+        return report_dict(self.analysis, loaded.skipped, loaded.ignored, loaded.sources, loaded.dumps, loaded.unread,
+                           loaded.stacks)
 
     def text(self, *, verbose: bool = False, print_stack_trace: bool = False, mismatch_cap: int = 10) -> str:
         """The text report the command prints."""

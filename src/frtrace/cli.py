@@ -23,7 +23,7 @@ from .reading.anchor import anchor_relative_seqs
 from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
 from .matcher import format_ranks
 from .outputs.commit import Outputs, plan_outputs, resolved
-from .outputs.report import render_entries
+from .outputs.report import SCHEMAS, render_entries, schema_text
 from .outputs.timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
@@ -360,6 +360,18 @@ def _open_standard_streams() -> dict[str, TextIO | None]:
     return replaced
 
 
+def parse_schema(argv: list[str]) -> str:
+    parser = argparse.ArgumentParser(prog="frtrace schema", description="Print the JSON Schema of a JSON output: "
+                                     "the report (frtrace -d DIR --json PATH) or frtrace compare's (--json PATH).")
+    parser.add_argument("which", nargs="?", default="report", choices=SCHEMAS)
+    return parser.parse_args(argv).which
+
+
+def run_schema(which: str, out: TextIO) -> int:
+    out.write(schema_text(which))
+    return EXIT_CLEAN
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the frtrace command; returns the exit code."""
     # The records are millions of small tuples with no reference cycles: the cyclic garbage
@@ -379,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_compare(parse_compare(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         if argv[:1] == ["live"]:
             return run_live(parse_live(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
+        if argv[:1] == ["schema"]:
+            return run_schema(parse_schema(argv[1:]), sys.stdout)
         options = parse_options(argv, stderr_is_tty=sys.stderr.isatty())
         status = run(options, TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         if "stdout" in replaced:

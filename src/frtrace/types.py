@@ -421,4 +421,5 @@ class Analysis:
     blocked_in: dict[int, tuple[str, Group, int | None]] = field(default_factory=dict)  # rank -> (the op it waits in, its group, seq)
     causes: dict[int, tuple[str, str]] = field(default_factory=dict)  # culprit -> (cause, said in words); verdict.CAUSES
     cause: str | None = None  # the culprits' cause where they share one, "mixed" where not; None when clean
+    blocked_entries: dict[int, Entry] = field(default_factory=dict)  # rank -> the op it waits in, as its own dump holds it
     stacks_apart: tuple[StackApart, ...] = ()  # culprits' stacks beside their peers', and every odd one out

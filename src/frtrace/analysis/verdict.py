@@ -201,6 +201,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
                     for key in graph.waits_on if key in graph.blocker_of_op),
         blocked_in={rank: (blocker.describe(), blocker.group, None if blocker.p2p else blocker.seq)
                     for rank, blocker in ((r, graph.blocker_of_op.get(k)) for r, k in graph.op_of.items()) if blocker},
+        blocked_entries={rank: blocker.entry for rank in graph.op_of if (blocker := graph.blockers.get(rank))},
         causes=causes,
         cause=_one_cause(verdict, causes),
         stacks_apart=apart,

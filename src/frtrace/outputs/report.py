@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from importlib import resources
 from typing import Any, TextIO
 
 from tabulate import tabulate
@@ -11,6 +12,7 @@ from .. import __version__
 from ..analysis.align import format_ranks
 from ..errors import printable
 from ..reading.groups import GroupTable
+from ..reading.stacks import main_thread
 from ..types import Analysis, Dump, Finding, SkippedFile
 
 
@@ -31,6 +33,15 @@ def culprit_files(analysis: Analysis, sources: dict, unread: dict[int, str] | No
              "host": printable(sources[rank].host) if rank in sources and sources[rank].host else None,
              "not_read": unread.get(rank)}
             for rank in analysis.culprit_ranks]
+
+
+def recorded_stack(analysis: Analysis, dumps: dict[int, Dump], rank: int) -> tuple[Any, tuple]:
+    """(the op, its stack as the dump recorded it, innermost first) of the op a rank is blocked
+    in, else its last op; (None, ()) where its dump holds none."""
+    entry = analysis.culprit_entries.get(rank)
+    if entry is None:
+        entry = dumps[rank].entries[-1] if dumps.get(rank) and dumps[rank].entries else None
+    return (entry, dumps[rank].stack_of(entry.stack_id)) if entry is not None else (None, ())
 
 
 def cause_text(analysis: Analysis) -> str:
@@ -70,12 +81,7 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
     if print_stack_trace:
         stack_ranks |= {r for f in analysis.findings for r in f.ranks if r in dumps}
     for rank in sorted(stack_ranks):
-        entry = analysis.culprit_entries.get(rank)
-        if entry is None:
-            entry = dumps[rank].entries[-1] if dumps.get(rank) and dumps[rank].entries else None
-        if entry is None:
-            continue
-        stack = dumps[rank].stack_of(entry.stack_id)
+        entry, stack = recorded_stack(analysis, dumps, rank)
         if not stack:
             continue
         print(f"\nStack of rank {rank}'s {entry.op} #{entry.collective_seq_id} ({entry.pg_desc or entry.pg_name}), innermost first:", file=out)
@@ -119,14 +125,67 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
 
 
-JSON_SCHEMA_VERSION = 7  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
-# 6: each health check's detail and fields, each culprit file's not_read; 7: cause, causes
+JSON_SCHEMA_VERSION = 8  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
+# 6: each health check's detail and fields, each culprit file's not_read; 7: cause, causes; 8: ranks, culprit_stacks, notes
+
+
+def _frames(frames) -> list[dict[str, Any]]:
+    return [{"file": printable(f.filename), "line": f.line, "function": printable(f.name)} for f in frames]
+
+
+def _python_frames(thread) -> list[dict[str, Any]]:
+    return [{"file": printable(file), "line": line, "function": printable(function)} for file, line, function in thread.frames]
+
+
+def _op(entry, group) -> dict[str, Any]:
+    """An op as the JSON report names it: its group (the matcher's, where known), kind, seq ids
+    and state as its rank's dump recorded them."""
+    return {"pg_name": printable(group.name if group else entry.pg_name),
+            "pg_desc": printable(group.desc if group else entry.pg_desc), "op": printable(entry.op),
+            "collective_seq_id": None if entry.is_p2p else entry.collective_seq_id,
+            "p2p_seq_id": entry.p2p_seq_id if entry.is_p2p else None, "state": printable(entry.state)}
+
+
+def _ranks(analysis: Analysis, sources: dict, dumps: dict[int, Dump]) -> list[dict[str, Any]]:
+    """Each rank of the job: its file and host, and where it stands: `missing` (no dump), `blocked`
+    in an op (its group, op, seq and the op's state as its dump says) or `idle` (in no op the dumps
+    show as waiting)."""
+    culprits = set(analysis.culprit_ranks)
+    found = []
+    for rank in sorted(set(analysis.ranks_loaded) | set(analysis.ranks_missing)):
+        source = sources.get(rank)
+        blocked = analysis.blocked_in.get(rank)
+        found.append({
+            "rank": rank, "culprit": rank in culprits,
+            "file": printable(source.where) if source else None,
+            "host": printable(source.host) if source and source.host else None,
+            "status": "missing" if rank not in dumps else "blocked" if rank in analysis.blocked_entries else "idle",
+            "blocked_in": _op(analysis.blocked_entries[rank], blocked[1]) if blocked and rank in analysis.blocked_entries
+                          else None,
+        })
+    return found
+
+
+SCHEMAS = ("report", "compare")  # src/frtrace/schemas/<name>.schema.json, shipped in the package
+
+
+def schema_text(which: str = "report") -> str:
+    """The JSON Schema (draft 2020-12) of the JSON report or of frtrace compare's JSON, as text."""
+    return resources.files("frtrace").joinpath("schemas", f"{which}.schema.json").read_text(encoding="utf-8")
 
 
 def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: tuple[SkippedFile, ...] = (),
                 sources: dict | None = None, dumps: dict[int, Dump] | None = None,
-                unread: dict[int, str] | None = None) -> dict[str, Any]:
-    """The JSON report, in the documented schema."""
+                unread: dict[int, str] | None = None, stacks: dict | None = None) -> dict[str, Any]:
+    """The JSON report, in the documented schema (frtrace schema prints it). `stacks`: each
+    rank's Python threads, from stack files beside the dumps."""
+    dumps, stacks = dumps or {}, stacks or {}
+    culprit_stacks = {}
+    for rank in analysis.culprit_ranks:
+        entry, recorded = recorded_stack(analysis, dumps, rank) if rank in dumps else (None, ())
+        thread = main_thread(stacks[rank]) if rank in stacks else None
+        culprit_stacks[str(rank)] = {"op": _op(entry, None) if entry is not None else None,
+                                     "recorded": _frames(recorded), "python": _python_frames(thread) if thread else None}
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "frtrace_version": __version__,
@@ -158,7 +217,10 @@ def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: t
         "ignored_files": [{"path": s.path, "reason": s.reason} for s in ignored],
         "health": {str(rank): [{"check": c.check, "passed": c.passed, "said": c.said, "detail": c.detail,
                                 "fields": dict(c.fields)} for c in dump.health]
-                   for rank, dump in (dumps or {}).items() if dump.health},
+                   for rank, dump in dumps.items() if dump.health},
+        "ranks": _ranks(analysis, sources or {}, dumps),
+        "culprit_stacks": culprit_stacks,
+        "notes": list(analysis.warnings),
     }
 
 
