@@ -353,3 +353,17 @@ def test_verbose_prints_every_note_instead_of_the_first_five(tmp_path, capsys, f
     out = capsys.readouterr().out
     assert sum(f"p2p op 'send 0->{9 + i}'" in out for i in range(7)) == shown
     assert ("... 2 more; -v shows them all" in out) == (shown == 5)
+
+
+def test_every_file_written_is_confirmed_on_stderr_in_one_line_and_a_stream_is_not(tmp_path, capsys):
+    outputs = {"-o": "db.pkl", "--html": "r.html", "--sqlite": "r.db", "--chrome-trace": "t.json"}
+    argv = ["-d", SKIP, "--json", "-"] + [part for flag, name in outputs.items() for part in (flag, str(tmp_path / name))]
+    assert main(argv) == 1
+    said = capsys.readouterr()
+    lines = [line for line in said.err.splitlines() if line.startswith("frtrace: wrote ")]
+    assert len(lines) == len(outputs) == len(said.err.splitlines()), said.err
+    for name in outputs.values():
+        size = (tmp_path / name).stat().st_size
+        shown = f"{size / 1000:.1f} kB" if size >= 1000 else f"{size} bytes"
+        assert sum(line.startswith(f"frtrace: wrote {tmp_path / name} ({shown}, the ") for line in lines) == 1, lines
+    assert json.loads(said.out)["verdict"] == "desync"  # --json - went to stdout, unconfirmed

@@ -244,6 +244,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
             outputs.commit()  # an OutputError from here says what was and was not written
         except KeyboardInterrupt as exc:  # held off during the commit: lands when it is over
             raise Interrupted(outputs.written_note()) from exc
+        outputs.confirm(err)
     if trace_ranks != options.trace_ranks:  # a big job's default limit: said, with the way round it
         shown = len(chosen_ranks(analysis, loaded.dumps, table, DEFAULT_TRACE_RANKS))
         print(f"frtrace: --chrome-trace holds {shown} of {len(loaded.dumps)} ranks (the culprits, their peers and "
@@ -531,7 +532,7 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
               if (at := "did not answer" if rank in gone else where_in(stacks[rank]) if rank in stacks else None)}
     now = [f"rank {rank} {place}" for rank, place in places.items()]
     if options.json_path:
-        _live_json(options.json_path, result, out, out_dir, answers, places, moved)
+        _live_json(options.json_path, result, out, err, out_dir, answers, places, moved)
     if moved is not None and moved.verdict == "progressing":
         if options.json_path != "-":
             _printed(out, lambda: out.write(f"{moved.headline}\n"))
@@ -545,7 +546,7 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
     return EXIT_CLEAN if result.verdict == "clean" and moved is None else EXIT_FOUND
 
 
-def _live_json(path: str, result, out: TextIO, out_dir: str, answers, places: dict[int, str], moved) -> None:
+def _live_json(path: str, result, out: TextIO, err: TextIO, out_dir: str, answers, places: dict[int, str], moved) -> None:
     """The later snapshot's JSON report, with what only frtrace live knows under "live"."""
     from .comparing.two_sets import comparison_dict
 
@@ -563,6 +564,7 @@ def _live_json(path: str, result, out: TextIO, out_dir: str, answers, places: di
     with Outputs(plan_outputs([requested_output("--json", path)], result.trace_dir, result.inputs)) as outputs:
         outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
         outputs.commit()
+        outputs.confirm(err)
 
 
 def _moved(earlier, later):
@@ -641,6 +643,7 @@ def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
         with Outputs(plans) as outputs:
             outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
             outputs.commit()
+            outputs.confirm(err)
     if options.json_path != "-":
         _printed(out, lambda: render_comparison(comparison, timings, out, options.head))
     return EXIT_CLEAN if comparison.verdict == "progressing" else EXIT_FOUND

@@ -152,6 +152,7 @@ class Outputs:
         self.plans = {plan.flag: plan for plan in plans}
         self.staged: list[tuple[PlannedOutput, int]] = []  # (plan, descriptor of its unnamed file)
         self.replaced: list[str] = []
+        self.written: list[tuple[PlannedOutput, int]] = []  # each file written, with its size in bytes
         self._new_mode = 0o666 & ~_umask()
 
     def __enter__(self) -> "Outputs":
@@ -258,6 +259,7 @@ class Outputs:
                         except OSError:
                             _unlink_quietly(temp)
                             raise
+                        self.written.append((plan, os.fstat(fd).st_size))
                 except OSError as exc:
                     raise OutputError(f"{display_path(plan.path)}: cannot write the {plan.what} ({exc.strerror})"
                                       + self.written_note()) from None
@@ -266,6 +268,11 @@ class Outputs:
         finally:
             _release_signals(held)
 
+    def confirm(self, err) -> None:
+        """One line on `err` for each file written: "frtrace: wrote db.pkl (9.7 MB, the database)"."""
+        for plan, size in self.written:
+            print(f"frtrace: wrote {display_path(plan.path)} ({_size_text(size)}, the {plan.what})", file=err)
+
     def written_note(self) -> str:
         """'; X was written, Y was not' for a message, or '; no output file was written or changed'."""
         pending = [f"{plan.flag} {display_path(plan.path)}" for plan in self.plans.values()
@@ -273,6 +280,14 @@ class Outputs:
         if not self.replaced:
             return "; no output file was written or changed"
         return f"; written: {', '.join(self.replaced)}" + (f"; not written: {', '.join(pending)}" if pending else "")
+
+
+def _size_text(size: int) -> str:
+    """1234 -> '1.2 kB', 9_700_000 -> '9.7 MB' (decimal units, as ls -h --si and file managers)."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
 
 
 def _staging_folder(plan: PlannedOutput) -> str:
