@@ -9,6 +9,7 @@ import gzip
 import io
 import json
 import os
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -148,6 +149,10 @@ class Result:
     def write_html(self, path: str) -> None:
         self._write("--html", path)
 
+    def write_markdown(self, path: str) -> None:
+        """The one-screen summary for a ticket that `frtrace --markdown` writes."""
+        self._write("--markdown", path)
+
     def write_chrome_trace(self, path: str, *, ranks: int | None = None, last: int | None = None) -> None:
         """The timeline (gzipped where `path` ends in .gz): `ranks` other ranks beside the culprits
         and their peers (None: every rank), each rank's `last` entries (None: all)."""
@@ -161,7 +166,7 @@ class Result:
 
 
 _OUTPUTS = {"-o": ("database", True), "--sqlite": ("SQLite database", True), "--chrome-trace": ("Chrome trace", False),
-            "--html": ("HTML report", False), "--json": ("JSON report", False)}
+            "--html": ("HTML report", False), "--json": ("JSON report", False), "--markdown": ("Markdown summary", False)}
 
 
 def requested_output(flag: str, path: str) -> tuple[str, str, str, bool]:
@@ -171,8 +176,9 @@ def requested_output(flag: str, path: str) -> tuple[str, str, str, bool]:
 
 
 def stage_output(outputs: Outputs, flag: str, result: Result, trace_ranks: int | None = None,
-                 trace_last: int | None = None) -> None:
-    """Write one output of `result` into its staged file (Outputs.stage)."""
+                 trace_last: int | None = None, command: str | None = None) -> None:
+    """Write one output of `result` into its staged file (Outputs.stage). `command`: the command
+    line the Markdown summary says produced it (default: frtrace -d on the result's folder)."""
     dumps, table, analysis = result.loaded.dumps, result.table, result.analysis
     if flag == "-o":
         outputs.stage("-o", lambda f: write_database(result.database(), f))
@@ -191,6 +197,11 @@ def stage_output(outputs: Outputs, flag: str, result: Result, trace_ranks: int |
     elif flag == "--json":
         payload = result.as_dict()
         outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+    elif flag == "--markdown":
+        from .outputs.markdown import write_markdown
+
+        said = command or shlex.join(["frtrace", "-d", result.trace_dir])
+        outputs.stage("--markdown", lambda f: write_markdown(analysis, result.as_dict(), f, said))
 
 
 def _write_trace(handle, path: str, analysis, dumps, table, limit: int | None, last: int | None) -> None:

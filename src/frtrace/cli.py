@@ -6,6 +6,7 @@ import argparse
 import gc
 import json
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -51,6 +52,8 @@ class Options:
     trace_every_rank: bool = False  # --trace-ranks all: no default limit on a big job
     trace_last: int | None = None
     html: str | None = None
+    markdown: str | None = None
+    command: str | None = None  # the command line, as the Markdown summary says it
     sqlite: str | None = None
     stats: bool = False
 
@@ -83,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                              f"ranks); 'all': every rank")
     parser.add_argument("--trace-last", type=int, metavar="N", help="with --chrome-trace: only each rank's last N entries")
     parser.add_argument("--html", metavar="PATH", help="write a one-file HTML report (opens from disk, no network)")
+    parser.add_argument("--markdown", metavar="PATH|-", help="write a one-screen Markdown summary for a ticket or a chat "
+                        "('-': standard output, instead of the text report)")
     parser.add_argument("--sqlite", metavar="PATH", help="write the database and every raw entry as SQLite tables")
     parser.add_argument("--stats", action="store_true", help="print per-op statistics and the ranks that arrive last")
     parser.add_argument("-j", "--just-print-entries", "--just_print_entries", dest="just_print_entries", action="store_true",
@@ -130,7 +135,8 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         raise UsageError("--selected-ranks and --pg-filters choose what -j/--just-print-entries prints; add -j")
     if args.just_print_entries:
         ignored = [flag for flag, value in (("-o", args.output), ("--json", args.json_path), ("--sqlite", args.sqlite),
-                                            ("--chrome-trace", args.chrome_trace), ("--html", args.html), ("--stats", args.stats),
+                                            ("--chrome-trace", args.chrome_trace), ("--html", args.html),
+                                            ("--markdown", args.markdown), ("--stats", args.stats),
                                             ("--print-stack-trace", args.print_stack_trace)) if value]
         if ignored:
             raise UsageError(f"-j prints the entries and runs no analysis, so {', '.join(ignored)} would write nothing; "
@@ -138,6 +144,11 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
     if args.json_path == "-" and args.stats:
         raise UsageError("--json - puts only JSON on standard output, so --stats would print nothing; "
                          "write the JSON to a file, or drop --stats")
+    if args.json_path == "-" and args.markdown == "-":
+        raise UsageError("--json - and --markdown - would both go to standard output; write one of them to a file")
+    if args.markdown == "-" and args.stats:
+        raise UsageError("--markdown - puts only the summary on standard output, so --stats would print nothing; "
+                         "write the summary to a file, or drop --stats")
     if args.transform_ft and not args.group_world_size:
         raise UsageError("--transform-ft needs --group-world-size N, the number of ranks in one replica group")
     if args.group_world_size is not None and args.group_world_size < 1:
@@ -175,6 +186,8 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         trace_every_rank=args.trace_ranks == "all",
         trace_last=args.trace_last,
         html=args.html,
+        markdown=args.markdown,
+        command=shlex.join(["frtrace", *(sys.argv[1:] if argv is None else argv)]),
         sqlite=args.sqlite,
         stats=args.stats,
     )
@@ -200,7 +213,7 @@ def _trace_limit(options: Options, dumps: dict) -> int | None:
 def _requested_outputs(options: Options) -> list[tuple[str, str, str, bool]]:
     return [requested_output(flag, path) for flag, path in (
         ("-o", options.output), ("--sqlite", options.sqlite), ("--chrome-trace", options.chrome_trace),
-        ("--html", options.html), ("--json", options.json_path)) if path]
+        ("--html", options.html), ("--json", options.json_path), ("--markdown", options.markdown)) if path]
 
 
 def _check_selection(options: Options, dumps: dict, table) -> None:
@@ -235,7 +248,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
     with Outputs(plans) as outputs:
         try:
             for plan in plans:
-                stage_output(outputs, plan.flag, result, trace_ranks, options.trace_last)
+                stage_output(outputs, plan.flag, result, trace_ranks, options.trace_last, options.command)
         except OutputError as exc:  # while staging: nothing was replaced yet
             raise OutputError(f"{exc}{outputs.written_note()}") from None
         except KeyboardInterrupt as exc:
@@ -249,7 +262,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
         shown = len(chosen_ranks(analysis, loaded.dumps, table, DEFAULT_TRACE_RANKS))
         print(f"frtrace: --chrome-trace holds {shown} of {len(loaded.dumps)} ranks (the culprits, their peers and "
               f"{DEFAULT_TRACE_RANKS} others); '--trace-ranks all' writes every rank", file=err)
-    if options.json_path != "-":
+    if "-" not in (options.json_path, options.markdown):  # the JSON or the summary is standard output's whole
         def report() -> None:
             out.write(result.text(verbose=options.verbose, print_stack_trace=options.print_stack_trace,
                                   mismatch_cap=options.mismatch_cap))
