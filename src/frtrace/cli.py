@@ -407,6 +407,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_live(parse_live(argv[1:]), TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         if argv[:1] == ["schema"]:
             return run_schema(parse_schema(argv[1:]), sys.stdout)
+        if argv[:1] == ["mcp"]:
+            from .mcp_server import main as serve_mcp
+
+            return serve_mcp(argv[1:])
         options = parse_options(argv, stderr_is_tty=sys.stderr.isatty())
         status = run(options, TerminalSafe(sys.stdout), TerminalSafe(sys.stderr))
         if "stdout" in replaced:

@@ -1,0 +1,199 @@
+"""`frtrace mcp --root DIR ...`: frtrace as an MCP server over stdio, for agents.
+
+Built on the official MCP Python SDK (`pip install 'frtrace[mcp]'`). Tools:
+
+- `analyze_dumps(path)`: a dump folder or archive; the JSON report (`frtrace schema`).
+- `rank_entries(path, rank, group, seq=None, window=10)`: one rank's entries in one group (its
+  name or desc), those within `window` of collective seq id `seq`, else its last 2 x window.
+- `explain_finding(path, index=0)`: one finding of the report (root causes first), with each
+  member of its group: whether it issued the op, and in what state, and the causes of its ranks.
+- `compare_sets(earlier, later)`: two dump sets of one job; frtrace compare's JSON.
+- `live_snapshot(out_dir, store=None, workers=None)`: frtrace live on a running job; the report
+  of the later snapshot with its "live" part, the snapshots kept in out_dir.
+
+Every path must lie under one of the roots given when the server starts (links resolved), and
+is then checked as the command line checks it: a dump set is read, never written to, and a
+snapshot folder is never one the server did not make. A failure is the tool's error, in the
+one line the command would print.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from .errors import FrtraceError, UsageError, display_path
+
+MAX_WINDOW = 500  # entries either side of a seq id rank_entries returns at most
+MAX_INTERVAL_S = 60  # between live_snapshot's two snapshots
+
+
+class Roots:
+    """The folders the server may read from and write under, links resolved."""
+
+    def __init__(self, roots: Sequence[str]) -> None:
+        self.roots = tuple(os.path.realpath(root) for root in roots)
+
+    def check(self, path: str, what: str) -> str:
+        """`path` where it resolves under a root; a UsageError naming the roots where not."""
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise UsageError(f"{what}: give a path")
+        real = os.path.realpath(path)
+        if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.roots):
+            raise UsageError(f"{what} {display_path(path)} is outside the folders this server may read "
+                             f"({', '.join(display_path(r) for r in self.roots)}); start it with --root for that folder")
+        return path
+
+
+def _entry(entry) -> dict[str, Any]:
+    return {"record_id": entry.record_id, "op": entry.op, "collective_seq_id": None if entry.is_p2p else entry.collective_seq_id,
+            "p2p_seq_id": entry.p2p_seq_id if entry.is_p2p else None, "state": entry.state,
+            "input_sizes": [list(s) for s in entry.input_sizes], "output_sizes": [list(s) for s in entry.output_sizes],
+            "input_dtypes": list(entry.input_dtypes), "output_dtypes": list(entry.output_dtypes)}
+
+
+class Tools:
+    """What each MCP tool does, as plain calls (the server wraps them; the tests may call them)."""
+
+    def __init__(self, roots: Roots) -> None:
+        self.roots = roots
+
+    def _analyzed(self, path: str):
+        from .api import analyze_dumps
+
+        return analyze_dumps(self.roots.check(path, "path"), jobs=1)
+
+    def analyze_dumps(self, path: str) -> dict[str, Any]:
+        return self._analyzed(path).as_dict()
+
+    def rank_entries(self, path: str, rank: int, group: str, seq: int | None = None, window: int = 10) -> dict[str, Any]:
+        result = self._analyzed(path)
+        dumps, table = result.loaded.dumps, result.table
+        if rank not in dumps:
+            raise UsageError(f"rank {rank}: no dump of it in {display_path(path)} (ranks {sorted(dumps)[:16]}...)")
+        chosen = [g for g in table.groups if rank in g.ranks and group in (g.name, g.desc, g.label)]
+        if not chosen:
+            names = sorted({g.desc or g.name for g in table.groups if rank in g.ranks})
+            raise UsageError(f"group {group!r}: rank {rank} is in no such group (its groups: {', '.join(names)})")
+        found = chosen[0]
+        window = max(1, min(int(window), MAX_WINDOW))
+        entries = [e for e in dumps[rank].entries if table.group_of(rank, e.pg_name) is found]
+        if seq is None:
+            shown = entries[-2 * window:]
+        else:
+            shown = [e for e in entries if not e.is_p2p and abs(e.collective_seq_id - seq) <= window]
+        return {"rank": rank, "group": {"pg_name": found.name, "pg_desc": found.desc, "ranks": list(found.ranks)},
+                "entries_in_group": len(entries), "entries": [_entry(e) for e in shown]}
+
+    def explain_finding(self, path: str, index: int = 0) -> dict[str, Any]:
+        from .outputs.timeline import root_entries
+
+        result = self._analyzed(path)
+        findings = result.analysis.findings
+        if not 0 <= index < len(findings):
+            raise UsageError(f"finding {index}: the report holds {len(findings)} finding(s) (index from 0)")
+        finding = findings[index]
+        issued = root_entries(finding, result.loaded.dumps, result.table)
+        report = result.as_dict()
+        return {"finding": report["findings"][index], "headline": report["headline"],
+                "members": [{"rank": rank, "issued": rank in issued, "state": issued[rank].state if rank in issued else None,
+                             "has_dump": rank in result.loaded.dumps}
+                            for rank in finding.expected_ranks],
+                "causes": {str(r): report["causes"][str(r)] for r in finding.ranks if str(r) in report["causes"]},
+                "evidence": report["evidence"] if finding.root_cause else []}
+
+    def compare_sets(self, earlier: str, later: str) -> dict[str, Any]:
+        from .cli import CompareOptions, run_compare
+
+        options = CompareOptions(self.roots.check(earlier, "earlier"), self.roots.check(later, "later"))
+        return self._json_of(lambda path: run_compare(replace(options, json_path=path), io.StringIO(), io.StringIO()))
+
+    def live_snapshot(self, out_dir: str, store: str | None = None, workers: list[str] | None = None,
+                      interval: float = 3.0) -> dict[str, Any]:
+        from .cli import LiveOptions, run_live
+
+        if not store and not workers:
+            raise UsageError("give the job's store (HOST:PORT, its MASTER_ADDR:MASTER_PORT) or its workers' addresses")
+        if not 0.1 <= interval <= MAX_INTERVAL_S:
+            raise UsageError(f"interval: seconds between the two snapshots, 0.1 to {MAX_INTERVAL_S}, not {interval}")
+        self.roots.check(out_dir, "out_dir")
+        options = LiveOptions(workers=tuple(workers or ()), store=store, out_dir=out_dir, interval=interval)
+        return self._json_of(lambda path: run_live(replace(options, json_path=path), io.StringIO(), io.StringIO()))
+
+    @staticmethod
+    def _json_of(run) -> dict[str, Any]:
+        """What a command writes with --json PATH, through a file of the server's own."""
+        with tempfile.TemporaryDirectory(prefix="frtrace-mcp-") as folder:
+            path = os.path.join(folder, "out.json")
+            run(path)
+            with open(path, encoding="utf-8") as handle:
+                return json.load(handle)
+
+
+def build_server(roots: Sequence[str]):
+    """The MCP server: each tool of Tools, its failures the tool's errors (one line)."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    tools = Tools(Roots(roots))
+    server = MCPServer("frtrace", instructions="Analyze PyTorch Flight Recorder dumps of a hung distributed job: "
+                       "analyze_dumps first, then rank_entries and explain_finding to look closer.")
+
+    def guarded(method):
+        def call(*args, **kwargs):
+            try:
+                return method(*args, **kwargs)
+            except FrtraceError as exc:
+                raise ToolError(str(exc)) from None
+        call.__name__, call.__doc__ = method.__name__, method.__doc__
+        return call
+
+    @server.tool(description="Analyze a folder or archive of Flight Recorder dumps (one per rank): the JSON report "
+                             "(verdict, culprit ranks, cause, evidence, findings, each rank's state; frtrace schema).")
+    def analyze_dumps(path: str) -> dict[str, Any]:
+        return guarded(tools.analyze_dumps)(path)
+
+    @server.tool(description="One rank's entries in one of its groups (name or desc): within `window` collective "
+                             "seq ids of `seq`, or its last 2 x window entries when seq is not given.")
+    def rank_entries(path: str, rank: int, group: str, seq: int | None = None, window: int = 10) -> dict[str, Any]:
+        return guarded(tools.rank_entries)(path, rank, group, seq, window)
+
+    @server.tool(description="One finding of the report (index from 0, root causes first) with each member of its "
+                             "group: whether it issued the op and in what state; and the causes of its ranks.")
+    def explain_finding(path: str, index: int = 0) -> dict[str, Any]:
+        return guarded(tools.explain_finding)(path, index)
+
+    @server.tool(description="Two dump sets of one job, the earlier first: which ranks moved, which are frozen "
+                             "(frtrace compare's JSON).")
+    def compare_sets(earlier: str, later: str) -> dict[str, Any]:
+        return guarded(tools.compare_sets)(earlier, later)
+
+    @server.tool(description="Read a running job now from PyTorch's debug server (its store HOST:PORT, or its "
+                             "workers' addresses): two snapshots kept under out_dir, analysed; the report with 'live'.")
+    def live_snapshot(out_dir: str, store: str | None = None, workers: list[str] | None = None,
+                      interval: float = 3.0) -> dict[str, Any]:
+        return guarded(tools.live_snapshot)(out_dir, store, workers, interval)
+
+    return server
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="frtrace mcp", description="frtrace as an MCP server over stdio (for agents).")
+    parser.add_argument("--root", action="append", required=True, metavar="DIR",
+                        help="a folder the tools may read dumps from and write snapshots under (repeatable)")
+    args = parser.parse_args(argv)
+    missing = [root for root in args.root if not os.path.isdir(root)]
+    if missing:
+        raise UsageError(f"--root {display_path(missing[0])}: not a folder")
+    try:
+        server = build_server(args.root)
+    except ImportError:
+        raise UsageError("frtrace mcp needs the MCP SDK: pip install 'frtrace[mcp]'") from None
+    server.run("stdio")
+    return 0
