@@ -37,7 +37,8 @@ def write(out: Path, src: Path) -> None:
                 "--sqlite", str(target / "db.sqlite"), "--stats", "-v"]
         run = subprocess.run([sys.executable, "-m", "frtrace", *args], capture_output=True, env=env, cwd=ROOT)
         (target / "stdout.txt").write_bytes(run.stdout)
-        (target / "stderr.txt").write_bytes(run.stderr + f"\nexit {run.returncode}\n".encode())
+        said = run.stderr.replace(str(target).encode(), b"OUT")  # "frtrace: wrote OUT/db.pkl ...", whatever OUT is
+        (target / "stderr.txt").write_bytes(said + f"\nexit {run.returncode}\n".encode())
 
 
 def diff(a: Path, b: Path) -> int:

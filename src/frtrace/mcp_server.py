@@ -151,7 +151,6 @@ def build_server(roots: Sequence[str]):
                 return method(*args, **kwargs)
             except FrtraceError as exc:
                 raise ToolError(str(exc)) from None
-        call.__name__, call.__doc__ = method.__name__, method.__doc__
         return call
 
     @server.tool(description="Analyze a folder or archive of Flight Recorder dumps (one per rank): the JSON report "

@@ -19,8 +19,8 @@ from typing import TextIO
 
 from ..analysis.align import entry_label, format_ranks, tracks_completion
 from ..reading.groups import GroupTable
-from .report import cause_text
-from ..reading.stacks import frame_text
+from .report import cause_text, recorded_stack
+from ..reading.stacks import first_apart, frame_text
 from .timeline import root_entries
 from ..types import Analysis, Dump, Finding
 
@@ -271,35 +271,38 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _side_by_side(mine: list[str], theirs: list[str], apart: int) -> str:
+    """Two stacks' frames as table rows, outermost first, the row where they part marked."""
+    rows = []
+    for i in range(max(len(mine), len(theirs))):
+        a = mine[i] if i < len(mine) else ""
+        b = theirs[i] if i < len(theirs) else ""
+        rows.append(f"<tr{' class=diff' if i == apart else ''}><td>{'&rarr; ' if i == apart else ''}{escape(a)}</td>"
+                    f"<td>{escape(b)}</td></tr>")
+    return "".join(rows)
+
+
 def _stacks(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root: Finding | None) -> str:
     """The culprit's stack where it stopped, beside the stack most issuers of the root
     collective had there; frames compared from the outermost, the first difference marked."""
     if root is None or not analysis.culprit_ranks:
         return ""
     culprit = analysis.culprit_ranks[0]
-    blocked = analysis.culprit_entries.get(culprit)
-    last = dumps[culprit].entries[-1] if culprit in dumps and len(dumps[culprit].entries) else None
-    shown = blocked or last  # nothing in flight: its last op, where it went on from
-    mine = dumps[culprit].stack_of(shown.stack_id) if shown else ()
+    shown, mine = recorded_stack(analysis, dumps, culprit)  # nothing in flight: its last op, where it went on from
     issued = root_entries(root, dumps, table)
     stacks = Counter(dumps[r].stack_of(e.stack_id) for r, e in issued.items() if r != culprit)
     if not mine and not stacks:
         return ""
     theirs, count = stacks.most_common(1)[0] if stacks else ((), 0)
-    outer_mine, outer_theirs = list(reversed(mine)), list(reversed(theirs))
-    differ = next((i for i, (a, b) in enumerate(zip(outer_mine, outer_theirs)) if a != b), min(len(mine), len(theirs)))
-    rows = []
-    for i in range(max(len(mine), len(theirs))):
-        a = str(outer_mine[i]) if i < len(mine) else ""
-        b = str(outer_theirs[i]) if i < len(theirs) else ""
-        rows.append(f"<tr{' class=diff' if i == differ else ''}><td>{'&rarr; ' if i == differ else ''}{escape(a)}</td>"
-                    f"<td>{escape(b)}</td></tr>")
+    outer_mine, outer_theirs = [str(f) for f in reversed(mine)], [str(f) for f in reversed(theirs)]
+    differ = first_apart(outer_mine, outer_theirs)
+    blocked = culprit in analysis.culprit_entries
     where = f"{'' if blocked else 'its last op, '}{entry_label(shown, table)}" if shown else "no op in its dump"
     same = "" if differ < max(len(mine), len(theirs)) else " The two stacks are the same."
     return (f"<h2>Stacks at the divergence</h2><p class='note'>Outermost frame first; the first frame that differs is "
             f"marked.{same}</p><table class='stacks' id='stacks'><tr><th>rank {culprit} (culprit) in {escape(where)}</th>"
             f"<th>{count} rank(s) in {escape(root.op)} #{root.collective_seq_id} of {escape(root.group.label)}</th></tr>"
-            f"{''.join(rows)}</table>")
+            f"{_side_by_side(outer_mine, outer_theirs, differ)}</table>")
 
 
 MAX_STACKS_NOW = 4  # culprits whose stacks now are drawn
@@ -310,16 +313,10 @@ def _stacks_now(analysis: Analysis) -> str:
     group peers share, outermost frame first, the first frame where they part marked."""
     tables = []
     for seen in [seen for seen in analysis.stacks_apart if seen.rank in analysis.culprit_ranks][:MAX_STACKS_NOW]:
-        rows = []
-        for i in range(max(len(seen.frames), len(seen.peers_frames))):
-            mine = frame_text(seen.frames[i]) if i < len(seen.frames) else ""
-            theirs = frame_text(seen.peers_frames[i]) if i < len(seen.peers_frames) else ""
-            marked = i == seen.apart
-            rows.append(f"<tr{' class=diff' if marked else ''}><td>{'&rarr; ' if marked else ''}{escape(mine)}</td>"
-                        f"<td>{escape(theirs)}</td></tr>")
+        rows = _side_by_side([frame_text(f) for f in seen.frames], [frame_text(f) for f in seen.peers_frames], seen.apart)
         same = "" if seen.apart < max(len(seen.frames), len(seen.peers_frames)) else "<p class='note'>The two stacks are the same.</p>"
         tables.append(f"<table class='stacks' id='now-{seen.rank}'><tr><th>rank {seen.rank} (culprit)</th>"
-                      f"<th>{seen.agreeing} of its {seen.peers} {escape(seen.group.label)} peers</th></tr>{''.join(rows)}</table>"
+                      f"<th>{seen.agreeing} of its {seen.peers} {escape(seen.group.label)} peers</th></tr>{rows}</table>"
                       f"{same}")
     if not tables:
         return ""

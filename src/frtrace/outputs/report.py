@@ -154,14 +154,13 @@ def _ranks(analysis: Analysis, sources: dict, dumps: dict[int, Dump]) -> list[di
     found = []
     for rank in sorted(set(analysis.ranks_loaded) | set(analysis.ranks_missing)):
         source = sources.get(rank)
-        blocked = analysis.blocked_in.get(rank)
+        entry, blocked = analysis.blocked_entries.get(rank), analysis.blocked_in.get(rank)
         found.append({
             "rank": rank, "culprit": rank in culprits,
             "file": printable(source.where) if source else None,
             "host": printable(source.host) if source and source.host else None,
-            "status": "missing" if rank not in dumps else "blocked" if rank in analysis.blocked_entries else "idle",
-            "blocked_in": _op(analysis.blocked_entries[rank], blocked[1]) if blocked and rank in analysis.blocked_entries
-                          else None,
+            "status": "missing" if rank not in dumps else "blocked" if entry else "idle",
+            "blocked_in": _op(entry, blocked[1]) if entry and blocked else None,
         })
     return found
 

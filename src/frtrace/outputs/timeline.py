@@ -153,23 +153,23 @@ def _events(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, ranks
                    "ts": us(begun), "dur": max(round((horizon - begun) / 1000, 3), 0.001),
                    "args": {"detail": finding.detail, "headline": analysis.headline}}
         linked = sorted(issued.items(), key=lambda item: (_start(item[1]) or last, item[0]))
+
+        def arrow(ph: str, rank: int, ts: float) -> dict:
+            """One step of a flow arrow of the root collective; its end binds to the slice around it."""
+            event = {"name": f"{finding.op} #{finding.collective_seq_id}", "cat": "root_collective", "id": flow,
+                     "pid": rank, "tid": tid, "ts": ts, "ph": ph}
+            return {**event, "bp": "e"} if ph == "f" else event
+
         if len(linked) > 1:  # arrows from the first issuer to each other member that issued it
             flow += 1
             for step, (rank, entry) in enumerate(linked):
-                event = {"name": f"{finding.op} #{finding.collective_seq_id}", "cat": "root_collective", "id": flow,
-                         "pid": rank, "tid": tid, "ts": us(_start(entry) or last)}
-                event["ph"] = "s" if step == 0 else "t" if step < len(linked) - 1 else "f"
-                if event["ph"] == "f":
-                    event["bp"] = "e"
-                yield event
+                yield arrow("s" if step == 0 else "t" if step < len(linked) - 1 else "f", rank, us(_start(entry) or last))
         elif linked:  # one issuer: an arrow from its op to each NEVER ISSUED span it waits for
             issuer, entry = linked[0]
             for rank in never:
                 flow += 1
-                yield {"name": f"{finding.op} #{finding.collective_seq_id}", "cat": "root_collective", "id": flow,
-                       "ph": "s", "pid": issuer, "tid": tid, "ts": us(_start(entry) or last)}
-                yield {"name": f"{finding.op} #{finding.collective_seq_id}", "cat": "root_collective", "id": flow,
-                       "ph": "f", "bp": "e", "pid": rank, "tid": tid, "ts": us(begun)}
+                yield arrow("s", issuer, us(_start(entry) or last))
+                yield arrow("f", rank, us(begun))
         for rank in finding.ranks:
             if rank not in shown:
                 continue
