@@ -167,13 +167,15 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
     mains = {rank: thread for rank, found in (stacks or {}).items() if (thread := main_thread(found))}
     places = {rank: at for rank, thread in mains.items() if (at := place(thread))}  # each rank's, found once
     apart = _stacks_apart(sorted(set(culprits)), table.groups, mains)
-    odd_said = {seen.rank for seen in [seen for seen in apart if seen.odd][:MAX_ODD_SAID]}
+    odd_said, unsaid = _odd_ones_said(apart, places)
     for rank, (cause, said, why) in _with_stacks(causes, undecidable, mains, places).items():
         causes[rank] = (cause, said)
         plain = f"rank {rank}'s Python stack: {places[rank]}"
         if why or rank not in odd_said:  # the odd one out's line says where it is, and where its peers are
             seen_in_stacks.append(f"stacks: {why or plain}")
-    seen_in_stacks.extend(f"stacks: {said}" for said in _odd_ones_said(apart, places))
+    seen_in_stacks.extend(f"stacks: {said}" for said in odd_said.values())
+    if unsaid:
+        seen_in_stacks.append(f"stacks: and {unsaid} more ranks whose stacks are not their peers'")
     if verdict == "inconclusive":
         causes = {rank: ("unknown", "the dumps cannot decide") for rank in culprits} or causes
     decided_by = "; ".join(dict.fromkeys(evidence))
@@ -327,12 +329,13 @@ def _stacks_apart(culprits: list[int], groups, mains: dict) -> tuple[StackApart,
     return tuple(found)
 
 
-def _odd_ones_said(apart: tuple[StackApart, ...], places: dict[int, str]) -> list[str]:
-    """The odd ones out in words: "rank 5 is at data.py:88 in load_batch; 3 of its 3 dp peers are
-    at train.py:120 in step, in all_reduce (distributed_c10d.py)", with the first frame where
-    their stacks part where it is above the rank's own innermost line."""
+def _odd_ones_said(apart: tuple[StackApart, ...], places: dict[int, str]) -> tuple[dict[int, str], int]:
+    """The first MAX_ODD_SAID odd ones out in words, by rank: "rank 5 is at data.py:88 in
+    load_batch; 3 of its 3 dp peers are at train.py:120 in step, in all_reduce
+    (distributed_c10d.py)", with the first frame where their stacks part where it is above the
+    rank's own innermost line; and how many more there are."""
     odd = [seen for seen in apart if seen.odd]
-    said = []
+    said = {}
     for seen in odd[:MAX_ODD_SAID]:
         theirs = place(Thread(None, seen.peers_frames[::-1]))
         line = (f"rank {seen.rank} is {places.get(seen.rank) or 'in no frame of its own'}; {seen.agreeing} of its "
@@ -341,10 +344,8 @@ def _odd_ones_said(apart: tuple[StackApart, ...], places: dict[int, str]) -> lis
         if seen.apart < innermost_own and seen.apart < len(seen.peers_frames):
             line += (f"; their stacks part at {frame_text(seen.frames[seen.apart])} against "
                      f"{frame_text(seen.peers_frames[seen.apart])}")
-        said.append(line)
-    if len(odd) > MAX_ODD_SAID:
-        said.append(f"and {len(odd) - MAX_ODD_SAID} more ranks whose stacks are not their peers'")
-    return said
+        said[seen.rank] = line
+    return said, max(0, len(odd) - MAX_ODD_SAID)
 
 
 def _one_cause(verdict: str, causes: dict[int, tuple[str, str]]) -> str | None:
