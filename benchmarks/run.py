@@ -42,6 +42,7 @@ MATRIX = {
     "stacks off": ["--stacks", "off"],
     "own stacks": ["--stacks", "own"],
     "own values": ["--stacks", "own", "--own-values"],
+    "timing, own stacks": ["--timing", "--stacks", "own"],  # what NCCL writes with timing on (issue 33)
     "p2p (pp 2)": ["--pp", "2"],
     "coalesced": ["--coalesced"],
     "wrapped": ["--wrap"],

@@ -66,6 +66,13 @@ class _Shared:
         return found
 
 
+def _traceback_id(text: str, by_text: dict[str, int], rows: list[Traceback]) -> int:
+    if text not in by_text:
+        by_text[text] = len(rows)
+        rows.append(Traceback(len(rows), text))
+    return by_text[text]
+
+
 def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable) -> Database:
     """Flatten an Analysis (and the dumps' entries and stacks) into the database's tables."""
     ids = group_ids(analysis.groups)
@@ -77,15 +84,13 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     traceback_rows: list[Traceback] = []
     traceback_of: dict[int, tuple[int, ...]] = {}  # rank -> traceback id per stack id
     by_text: dict[str, int] = {}
+    of_stacks: dict[int, tuple[int, ...]] = {}  # ranks share their stacks' tuples (wire.Unpacker): each made text once
     for rank, dump in dumps.items():
-        per_stack = []
-        for stack in dump.stacks:
-            text = frames_text(stack)
-            if text not in by_text:
-                by_text[text] = len(traceback_rows)
-                traceback_rows.append(Traceback(len(traceback_rows), text))
-            per_stack.append(by_text[text])
-        traceback_of[rank] = tuple(per_stack)
+        per_stack = of_stacks.get(id(dump.stacks))
+        if per_stack is None:
+            per_stack = of_stacks[id(dump.stacks)] = tuple(_traceback_id(frames_text(stack), by_text, traceback_rows)
+                                                           for stack in dump.stacks)
+        traceback_of[rank] = per_stack
 
     built = CollectiveColumns(dumps, {g: ids[g.key] for g in analysis.groups}, shared)
     built.add(list(analysis.checks))

@@ -18,6 +18,7 @@ from operator import methodcaller
 from typing import Any
 
 from .reading import fastpath
+from .reading import wire
 from .reading import workers as worker_processes
 from .reading.discover import Discovery, DumpFile
 from .errors import DumpError, InternalError, display_path, printable
@@ -256,15 +257,17 @@ class _Normalizer:
                 continue
             name, desc = clean_text(name), clean_text(desc)
             if isinstance(ranks, str):
-                parsed = _parse_ranks_text(ranks) if len(ranks) <= 8 * MAX_RANK else None
-                if parsed is None:
-                    self.notes.append(f"pg_config of group {name!r} has ranks {_shown(ranks)}, not a list of ranks; ignored")
-                    continue
-                ranks = parsed
+                config = (_ignored(name, ranks) if len(ranks) > 8 * MAX_RANK else _config_of_text(name, desc, ranks)
+                          if len(ranks) <= _CACHED_TEXT else _config_of_text.__wrapped__(name, desc, ranks))
+                if isinstance(config, str):
+                    self.notes.append(config)
+                elif config is not None:
+                    configs.append(config)
+                continue
             if not isinstance(ranks, (list, tuple)) or len(ranks) > MAX_RANK or not all(
                     type(r) is int and 0 <= r < MAX_RANK for r in ranks):
                 if ranks:
-                    self.notes.append(f"pg_config of group {name!r} has ranks {_shown(ranks)}, not a list of ranks; ignored")
+                    self.notes.append(_ignored(name, ranks))
                 continue
             if not name or not ranks:  # the placeholder real gloo dumps carry
                 continue
@@ -272,9 +275,29 @@ class _Normalizer:
         return tuple(configs)
 
 
-@lru_cache(maxsize=256)
+def _ignored(name: str, ranks: Any) -> str:
+    return f"pg_config of group {name!r} has ranks {_shown(ranks)}, not a list of ranks; ignored"
+
+
+_CACHED_TEXT = 1 << 20  # ranks text up to this many characters is cached (100,000 ranks take 700,000)
+
+
+@lru_cache(maxsize=128)
+def _config_of_text(name: str, desc: str, text: str) -> GroupConfig | str | None:
+    """The config of a group whose ranks are text, as PyTorch writes them; the note why it is
+    ignored; or None for the placeholder real gloo dumps carry (no name or no rank). Cached:
+    every rank's dump lists the world, and a 16,384-rank list costs a millisecond to check, where
+    the cache gives back the same object (one object per config, which wire.Packer names once)."""
+    parsed = _parse_ranks_text(text)
+    if parsed is None:
+        return _ignored(name, text)
+    if len(parsed) > MAX_RANK:
+        return _ignored(name, parsed)
+    return GroupConfig(name, desc, tuple(sorted(set(parsed)))) if name and parsed else None
+
+
 def _parse_ranks_text(text: str) -> tuple[int, ...] | None:
-    """"[0, 1, 2]" -> (0, 1, 2), never by eval. Every rank's dump repeats the world's list: cached."""
+    """"[0, 1, 2]" -> (0, 1, 2), never by eval."""
     if not _RANKS_TEXT.match(text.strip()):
         return None
     numbers = re.findall(r"\d+", text)
@@ -305,7 +328,7 @@ def _shown(value: Any) -> str:
 
 def normalize(raw: Any, rank: int, path: str, file_format: str) -> Dump:
     """Typed Dump from the raw object of one file; DumpError when its shape is not a dump's."""
-    return _Shared().dump(compact(raw, rank, path, file_format))
+    return wire.Unpacker().dump(wire.Packer().pack(compact(raw, rank, path, file_format)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,22 +573,6 @@ def _completion_from_retired(entries: EntryColumns, raw_entries: list) -> bool:
     return True
 
 
-class _Shared:
-    """One object for each equal kind and group config across the dumps of one load: every rank
-    lists the world group and repeats the same few kinds."""
-
-    def __init__(self) -> None:
-        self.values: dict = {}
-
-    def dump(self, part: CompactDump) -> Dump:
-        entries = part.entries
-        entries.kinds = tuple(self.values.setdefault(k, k) for k in entries.kinds)
-        entries.states = tuple(self.values.setdefault(s, s) for s in entries.states)
-        group_configs = tuple(self.values.setdefault(c, c) for c in part.group_configs)
-        return Dump(part.rank, part.path, part.file_format, part.version, entries, group_configs, part.stacks, part.notes,
-                    part.health, part.restarted, part.seq_counter)
-
-
 def read_dump(path: str, rank: int) -> Dump:
     """Read and normalize one dump file; DumpError names the file and what to do."""
     raw, file_format = read_raw(path)
@@ -586,15 +593,29 @@ def _load_one(job: tuple) -> CompactDump | DumpError | InternalError:
         return InternalError(display_path(path), f"{type(exc).__name__}: {short_reason(exc)}", traceback.format_exc())
 
 
-def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[CompactDump | DumpError | InternalError]:
+class _Reader:
+    """_load_one in a worker, its dump packed for the pipe (wire.Packer: a value many ranks
+    share is sent whole once per worker)."""
+
+    def __init__(self) -> None:
+        self.packer = wire.Packer()
+
+    def __call__(self, job: tuple) -> tuple | DumpError | InternalError:
+        result = _load_one(job)
+        return self.packer.pack(result) if isinstance(result, CompactDump) else result
+
+
+def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[tuple | DumpError | InternalError]:
     """Results in job order, from worker processes: a file that crashes or exhausts its reader
-    costs that file, never the run. workers=0 reads in this process (for tests only)."""
+    costs that file, never the run. workers=0 reads in this process (for tests only). A dump
+    comes packed (wire.Packer), for a wire.Unpacker of the same load."""
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc="loading dumps", unit="file", file=sys.stderr, leave=False)
-    results = map(_load_one, jobs) if workers <= 0 else worker_processes.in_workers(_load_one, jobs, min(workers, len(jobs)))
+    reader = _Reader()  # in each worker its own copy, which has sent nothing yet
+    results = map(reader, jobs) if workers <= 0 else worker_processes.in_workers(reader, jobs, min(workers, len(jobs)))
     try:
         for result in results:
             yield result
@@ -613,7 +634,7 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
     outvoted, _ = outvoted_configs(dumps)
     standing = {id(c): c for rank, d in dumps.items() for c in d.group_configs  # each shared config once
                 if (c.desc == "default_pg" or (c.name == "0" and c.desc in ("", "undefined")))
-                and not (outvoted and (rank, c) in outvoted)}
+                and not (outvoted and (rank, id(c)) in outvoted)}
     sizes = [max(c.ranks) + 1 for c in standing.values()]
     return max(sizes) if sizes else None
 
@@ -639,15 +660,15 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     notes: list[str] = []
     dumps: dict[int, Dump] = {}
     used: dict[int, DumpFile] = {}
-    shared = _Shared()
+    unpacker = wire.Unpacker()
 
-    def take(rank: int, dump_file: DumpFile, result: CompactDump | DumpError | InternalError) -> None:
+    def take(rank: int, dump_file: DumpFile, result: tuple | DumpError | InternalError) -> None:
         if isinstance(result, InternalError):
             raise result
         if isinstance(result, DumpError):
             unreadable.setdefault(rank, []).append(SkippedFile(display_path(result.path), result.reason))
         else:
-            dumps[rank] = shared.dump(result)
+            dumps[rank] = unpacker.dump(result)
             used[rank] = dump_file
 
     firsts = [files[0] for files in choices.values()]

@@ -61,7 +61,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     frontier: dict[Group, int] = {}
     for key, view in views.items():
         group = view.group
-        checker = Checker(view, [v for v in siblings.get((group.desc, view.size), []) if v is not view])
+        checker = Checker(view, siblings.get((group.desc, view.size), []))
         first_mismatch = None
         for seq in view.seqs():
             missing = view.not_issued(seq)

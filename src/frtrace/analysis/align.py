@@ -120,6 +120,15 @@ class Track:
         at = self._offset(seq)
         return None if at is None else (self.entries[self.positions[at]],)
 
+    def first_position(self, seq: int) -> int | None:
+        """The buffer index of #seq's unit's first entry, without building it; None where the
+        track does not hold #seq."""
+        if self.units is not None:
+            positions = self.units.get(seq)
+            return positions[0] if positions else None
+        at = self._offset(seq)
+        return None if at is None else self.positions[at]
+
     def kinds_at(self, seq: int) -> tuple[int, ...] | None:
         """The global kind codes of #seq's unit, without building its entries."""
         if self.units is not None:
@@ -170,11 +179,23 @@ class Codes:
     def __init__(self, dumps: dict[int, Dump]) -> None:
         kind_ids: dict[Kind, int] = {}
         state_ids: dict[str, int] = {}
-        kind_maps = {rank: [kind_ids.setdefault(k, len(kind_ids)) for k in dump.entries.kinds] for rank, dump in dumps.items()}
-        state_maps = {rank: [state_ids.setdefault(s, len(state_ids)) for s in dump.entries.states] for rank, dump in dumps.items()}
+        # ranks share their kinds' and states' tuples (wire.Unpacker): each tuple's map is made once
+        kind_maps_of: dict[int, list[int]] = {}
+        state_maps_of: dict[int, list[int]] = {}
+        kind_maps, state_maps = {}, {}
+        for rank, dump in dumps.items():
+            kinds, states = dump.entries.kinds, dump.entries.states
+            kind_map = kind_maps_of.get(id(kinds))
+            if kind_map is None:
+                kind_map = kind_maps_of[id(kinds)] = [kind_ids.setdefault(k, len(kind_ids)) for k in kinds]
+            state_map = state_maps_of.get(id(states))
+            if state_map is None:
+                state_map = state_maps_of[id(states)] = [state_ids.setdefault(s, len(state_ids)) for s in states]
+            kind_maps[rank], state_maps[rank] = kind_map, state_map
         self.kinds: list[Kind] = list(kind_ids)
         self.states: list[str] = list(state_ids)
         self._kind_maps, self._state_maps = kind_maps, state_maps
+        self._tables: dict[int, bytes] = {}  # id of a map -> its bytes.translate table
         # every code in a byte: then every dump's local codes are bytes too (a dump has no more
         # kinds than all dumps), and all tracks compare as bytes; else all as arrays
         self._narrow = (len(self.kinds) <= 256, len(self.states) <= 256)
@@ -184,10 +205,19 @@ class Codes:
         return self._kind_maps[rank]
 
     def kinds_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
-        return recode(local, self._kind_maps[rank], self._narrow[0])
+        return self._recoded(local, self._kind_maps[rank], self._narrow[0])
 
     def states_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
-        return recode(local, self._state_maps[rank], self._narrow[1])
+        return self._recoded(local, self._state_maps[rank], self._narrow[1])
+
+    def _recoded(self, local: Sequence[int], mapping: list[int], narrow: bool) -> Sequence[int]:
+        """recode, with each shared map's translation table made once (maps live as long as self)."""
+        if not narrow:
+            return recode(local, mapping, False)
+        table = self._tables.get(id(mapping))
+        if table is None:
+            table = self._tables[id(mapping)] = bytes(mapping) + bytes(256 - len(mapping))
+        return local.translate(table)
 
 
 def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Group, Track], list[str]]:
@@ -314,8 +344,8 @@ class GroupView:
         for rank, track in tracks.items():
             dump = dumps.get(rank)
             if dump is not None and dump.wrapped and track.first_seq is not None:
-                first = track.unit(track.first_seq)
-                if not first or first[0].index == 0:  # the buffer's oldest entry: what came before it is gone
+                first = track.first_position(track.first_seq)
+                if first is None or first == 0:  # the buffer's oldest entry: what came before it is gone
                     self.cut[rank] = track.first_seq
         self._lasts = sorted((last, rank) for rank, last in self.known_last.items())
         self._last_values = [last for last, _ in self._lasts]

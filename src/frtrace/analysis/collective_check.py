@@ -32,6 +32,8 @@ class Checker:
     """Compares the units of one aligned collective across the ranks that issued it."""
 
     def __init__(self, view: GroupView, siblings: list[GroupView]) -> None:
+        """`siblings`: the views of the groups of its desc and size, the view's own among them or not
+        (thousands of tp groups share one list, which is not copied for each)."""
         self.view = view
         self.siblings = siblings
 
@@ -111,6 +113,8 @@ class Checker:
     def _sibling_vote(self, seq: int, keys: dict[int, Hashable], key_of: Callable) -> tuple[Hashable, tuple[int, ...]] | None:
         votes: Counter = Counter()
         for sibling in self.siblings:
+            if sibling is self.view:
+                continue
             units = sibling.issuers(seq)
             found = {key_of(u) for r, u in units.items() if sibling.cut.get(r) != seq}
             if len(units) == sibling.size and len(found) == 1:

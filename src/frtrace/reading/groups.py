@@ -76,8 +76,9 @@ def _entry_descs(dumps: dict[int, Dump]) -> dict[str, str]:
     return {name: counts.most_common(1)[0][0] for name, counts in votes.items()}
 
 
-def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, GroupConfig]], list[str]]:
-    """The (rank, config) pairs whose membership most ranks' configs contradict, and a note for each.
+def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, int]], list[str]]:
+    """The (rank, id of its config) pairs whose membership most ranks' configs contradict, and a
+    note for each (by id: a config's hash is its ranks', and the default group's are the world).
 
     A group's name with two member lists that share a rank is one group described two ways (rank 3
     lists 17 ranks where 15 others list 16): the list most ranks give stands, the others are set
@@ -93,7 +94,7 @@ def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, GroupConfig
     for held in by_object.values():
         config = held[0][1]
         holders[config.name][config.ranks].extend(held)
-    outvoted: set[tuple[int, GroupConfig]] = set()
+    outvoted: set[tuple[int, int]] = set()
     notes: list[str] = []
     for name, lists in holders.items():
         if len(lists) < 2:
@@ -106,7 +107,7 @@ def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, GroupConfig
             for ranks in ranked:
                 if ranks == winner:
                     continue
-                outvoted.update(lists[ranks])
+                outvoted.update((rank, id(config)) for rank, config in lists[ranks])
                 who = sorted(rank for rank, _ in lists[ranks])
                 label = lists[ranks][0][1].desc or name
                 if winner is None:
@@ -167,15 +168,19 @@ def resolve_groups(
     outvoted, disagreements = outvoted_configs(dumps)
     warnings.extend(disagreements)
     entry_descs = _entry_descs(dumps)
+    group_of_config: dict[int, Group] = {}  # the loader shares one object among equal configs: each list hashed once
     for rank, dump in dumps.items():
         for config in dump.group_configs:
-            if outvoted and (rank, config) in outvoted:
+            if outvoted and (rank, id(config)) in outvoted:
                 continue
-            ranks = config.ranks
-            if ft_group_world_size and config.desc == "default_pg":
-                ranks = tuple(r + replica_base(rank) for r in ranks)
-            desc = config.desc if config.desc not in ("", "undefined") else entry_descs.get(config.name, config.desc)
-            group = groups.setdefault((config.name, ranks), Group(config.name, desc, ranks))
+            shifted = ft_group_world_size and config.desc == "default_pg"
+            group = None if shifted else group_of_config.get(id(config))
+            if group is None:
+                ranks = tuple(r + replica_base(rank) for r in config.ranks) if shifted else config.ranks
+                desc = config.desc if config.desc not in ("", "undefined") else entry_descs.get(config.name, config.desc)
+                group = groups.setdefault((config.name, ranks), Group(config.name, desc, ranks))
+                if not shifted:
+                    group_of_config[id(config)] = group
             by_rank[(rank, config.name)] = group
 
     # 2. names used in entries that the rank's config does not describe: a group the other ranks'

@@ -1,0 +1,112 @@
+"""What a worker sends the main process for one dump, and how the main process takes it.
+
+Most of a dump is its columns: arrays and bytes, which cross the pipe as buffers. The rest are
+values that many ranks hold alike: the kinds of their entries, their states, their group configs
+(every rank lists the default group, all of its ranks) and their stacks. Sent whole with every
+dump, these made the main process's cost per dump grow with the world: a 16,384-rank default
+group is 16,384 ints to unpickle, hash and compare in each of 16,384 dumps. So each such value is
+named by a digest of its content, sent in full only the first time its worker meets it, and the
+main process keeps one object per digest: it decodes a value once per worker at most, and its
+cost per dump stays flat whatever the size of the job.
+
+The digest is BLAKE2b over the value's marshalled form (plain tuples, strings and ints that the
+worker itself built from a checked dump): equal digests are equal values. marshal may write two
+equal values differently (a string shared or not); they then only get two digests.
+"""
+
+from __future__ import annotations
+
+import marshal
+from collections.abc import Callable
+from hashlib import blake2b
+from typing import Any
+
+from ..types import Dump, EntryColumns, Frame, GroupConfig, Kind
+
+_DIGEST_BYTES = 16
+_KEPT_CONFIGS = 1024  # configs whose digests a worker remembers by identity (each holds its ranks)
+
+
+def _plain_kinds(kinds: tuple[Kind, ...]) -> tuple:
+    return tuple(map(tuple, kinds))
+
+
+def _plain_stacks(stacks: tuple[tuple[Frame, ...], ...]) -> tuple:
+    return tuple(tuple((f.name, f.filename, f.line) for f in stack) for stack in stacks)
+
+
+class Packer:
+    """The worker's side: a dump as one plain tuple, each shared value sent whole once."""
+
+    def __init__(self) -> None:
+        self.sent: set[bytes] = set()
+        self.config_digests: dict[int, tuple[GroupConfig, bytes]] = {}  # id -> the config (kept: its id stays its own), digest
+
+    def _shared(self, plain: tuple) -> tuple[bytes, bytes | None]:
+        blob = marshal.dumps(plain)
+        digest = blake2b(blob, digest_size=_DIGEST_BYTES).digest()
+        if digest in self.sent:
+            return digest, None
+        self.sent.add(digest)
+        return digest, blob
+
+    def _config(self, config: GroupConfig) -> tuple[bytes, bytes | None]:
+        """A config, by its digest: the loader gives the same object for the same ranks text
+        (every dump's default group), whose digest is then made once."""
+        known = self.config_digests.get(id(config))
+        if known is not None and known[0] is config:  # sent whole when its digest was made
+            return known[1], None
+        plain = (config.name, config.desc, config.ranks)
+        named = self._shared(plain)
+        if len(self.config_digests) >= _KEPT_CONFIGS:
+            self.config_digests.clear()
+        self.config_digests[id(config)] = (config, named[0])
+        return named
+
+    def pack(self, part: Any) -> tuple:
+        """A loader.CompactDump as the tuple Unpacker.dump takes."""
+        entries = part.entries
+        columns = (entries.kind, entries.state, entries.record_id, entries.collective_seq_id, entries.p2p_seq_id,
+                   entries.time_created_ns, entries.time_started_ns, entries.time_completed_ns, entries.duration_ms,
+                   entries.stack_id)
+        shared = (self._shared(_plain_kinds(entries.kinds)), self._shared(tuple(entries.states)),
+                  tuple(map(self._config, part.group_configs)), self._shared(_plain_stacks(part.stacks)))
+        return (part.rank, part.path, part.file_format, part.version, columns, entries.runs, shared, part.notes,
+                part.health, part.restarted, part.seq_counter)
+
+
+class Unpacker:
+    """The main process's side: one object per distinct shared value, across every dump of a load
+    (and each kind, state and config interned by value too, where two values hold some alike)."""
+
+    def __init__(self) -> None:
+        self.by_digest: dict[bytes, tuple] = {}
+        self.values: dict = {}
+
+    def _interned(self, items: Any) -> tuple:
+        return tuple(self.values.setdefault(item, item) for item in items)
+
+    def _shared(self, digest: bytes, blob: bytes | None, make: Callable[[tuple], tuple]) -> tuple:
+        found = self.by_digest.get(digest)
+        if found is None:
+            if blob is None:  # never: a worker sends a value whole before naming it alone
+                raise ValueError("a worker named a value it never sent")
+            found = self.by_digest[digest] = make(marshal.loads(blob))
+        return found
+
+    def _config(self, plain: tuple) -> GroupConfig:
+        config = GroupConfig(*plain)
+        return self.values.setdefault(config, config)
+
+    def dump(self, packed: tuple) -> Dump:
+        """The Dump a Packer's tuple describes."""
+        (rank, path, file_format, version, columns, runs, shared, notes, health, restarted, seq_counter) = packed
+        (kinds_at, states_at, configs_at, stacks_at) = shared
+        kinds = self._shared(*kinds_at, lambda plain: self._interned(map(Kind._make, plain)))
+        states = self._shared(*states_at, self._interned)
+        configs = tuple(self._shared(digest, blob, self._config) for digest, blob in configs_at)
+        stacks = self._shared(*stacks_at, lambda plain: tuple(tuple(Frame(*f) for f in s) for s in plain))
+        (kind, state, record_id, collective_seq_id, p2p_seq_id, created, started, completed, duration, stack_id) = columns
+        entries = EntryColumns(rank, kinds, kind, states, state, record_id, collective_seq_id, p2p_seq_id, created, started,
+                               completed, duration, stack_id, runs)
+        return Dump(rank, path, file_format, version, entries, configs, stacks, notes, health, restarted, seq_counter)

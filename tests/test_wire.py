@@ -1,0 +1,96 @@
+"""What a worker sends for a dump (reading/wire.py): every value arrives as it was, and a value
+many ranks share crosses the pipe whole once per worker, then by its digest alone."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from conftest import make_dump, ops, write_dumps
+from frtrace.loader import compact, load_dumps, read_raw
+from frtrace.reading import wire
+from frtrace.reading.discover import find_dump_files
+
+WORLD = 64
+
+
+def _world_dump(rank: int, tp_group: str) -> dict:
+    frames = [{"name": "train_step", "filename": "train.py", "line": 88}]
+    raw = make_dump(ops(4, pg=tp_group, desc="tp", frames=frames) + ops(3, frames=frames))
+    raw["pg_config"] = {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(WORLD)))},
+                        tp_group: {"name": tp_group, "desc": "tp", "ranks": str([rank - rank % 2, rank - rank % 2 + 1])}}
+    return raw
+
+
+@pytest.fixture()
+def parts(tmp_path):
+    write_dumps(tmp_path, {r: _world_dump(r, str(1 + r // 2)) for r in range(6)})
+    found = []
+    for rank in range(6):
+        path = str(tmp_path / f"nccl_trace_rank_{rank}")
+        raw, file_format = read_raw(path)
+        found.append(compact(raw, rank, path, file_format))
+    return found
+
+
+def _sizes(packed: tuple) -> list[int]:
+    """The bytes of each shared value a packed dump carries whole (0 where it names it alone)."""
+    kinds, states, configs, stacks = packed[6]
+    return [len(blob or b"") for _, blob in (kinds, states, *configs, stacks)]
+
+
+def test_a_shared_value_is_sent_whole_once_then_by_its_digest(parts):
+    packer = wire.Packer()
+    first, second = packer.pack(parts[0]), packer.pack(parts[1])  # ranks 0 and 1: one tp group, the same kinds
+    world_blob = first[6][2][0][1]
+    assert world_blob is not None and len(world_blob) > WORLD  # the world's 64 ranks, in full
+    assert _sizes(second) == [0] * len(_sizes(second))  # everything rank 1 shares with rank 0: digests only
+    third = packer.pack(parts[2])  # rank 2: another tp group, so other kinds and config; the world again by digest
+    assert third[6][2][0] == (first[6][2][0][0], None)
+    assert third[6][2][1][1] is not None and third[6][0][1] is not None
+    assert wire.Packer().pack(parts[1])[6][2][0][1] == world_blob  # a new worker has sent nothing yet
+
+
+def test_the_main_process_gets_every_value_back_and_one_object_per_shared_value(parts):
+    packer, unpacker = wire.Packer(), wire.Unpacker()
+    dumps = [unpacker.dump(pickle.loads(pickle.dumps(packer.pack(part), -1))) for part in parts]
+    for part, dump in zip(parts, dumps):
+        assert (dump.rank, dump.path, dump.version, dump.notes, dump.restarted) == (
+            part.rank, part.path, part.version, part.notes, part.restarted)
+        assert dump.group_configs == part.group_configs and dump.stacks == part.stacks
+        assert dump.entries == part.entries and dump.entries.runs == part.entries.runs
+    worlds = {id(d.group_configs[0]) for d in dumps}
+    assert len(worlds) == 1  # one config object for the world, however many dumps list it
+    assert dumps[0].entries.kinds is dumps[1].entries.kinds  # same tp group, same kinds: one tuple
+    assert dumps[0].entries.kinds is not dumps[2].entries.kinds
+    assert dumps[0].entries.kinds[-1] is dumps[2].entries.kinds[-1]  # a world kind: one object in both tuples
+
+
+def test_two_workers_each_send_a_value_whole_and_the_main_process_keeps_one(parts):
+    unpacker = wire.Unpacker()
+    one, two = wire.Packer(), wire.Packer()
+    a = unpacker.dump(one.pack(parts[0]))
+    b = unpacker.dump(two.pack(parts[1]))
+    c = unpacker.dump(one.pack(parts[2]))
+    assert a.group_configs[0] is b.group_configs[0] is c.group_configs[0]
+
+
+def test_a_digest_never_sent_whole_is_refused(parts):
+    packed = wire.Packer().pack(parts[0])
+    kinds, states, configs, stacks = packed[6]
+    unsent = packed[:6] + (((kinds[0], None), states, configs, stacks),) + packed[7:]
+    with pytest.raises(ValueError, match="never sent"):
+        wire.Unpacker().dump(unsent)
+
+
+def test_a_whole_load_in_workers_reads_as_in_one_process(tmp_path):
+    write_dumps(tmp_path, {r: _world_dump(r, str(1 + r // 2)) for r in range(8)})
+    discovery = find_dump_files(str(tmp_path))
+    in_workers = load_dumps(discovery, workers=2).dumps
+    in_process = load_dumps(discovery, workers=0).dumps
+    assert list(in_workers) == list(range(8))
+    for rank, dump in in_workers.items():
+        other = in_process[rank]
+        assert dump.entries == other.entries and dump.group_configs == other.group_configs and dump.stacks == other.stacks
+    assert len({id(d.group_configs[0]) for d in in_workers.values()}) == 1
