@@ -594,6 +594,52 @@ def test_a_frame_that_is_not_a_plain_dict_of_its_fields_goes_to_the_careful_path
     assert fastpath.fast_columns(entries, 0, {}) is None
 
 
+@pytest.mark.parametrize("line", [3.0, True], ids=["a-float-line", "a-bool-line"])
+def test_a_line_equal_to_its_kind_s_first_entry_s_but_not_an_int_goes_to_the_careful_path(line):
+    # the fast path compares each entry's frames with its kind's first entry's (==): 3.0 == 3 and
+    # True == 1, yet the careful path takes neither for a line number
+    from frtrace.reading import fastpath
+
+    first = [{"name": "step", "filename": "train.py", "line": 3 if line == 3.0 else 1}]
+    odd = [{"name": "step", "filename": "train.py", "line": line}]
+    raw = make_dump([entry(seq=1, frames=first), entry(seq=2, frames=[dict(first[0])]), entry(seq=3, frames=odd)])
+    assert fastpath.fast_columns(raw["entries"], 0, {}) is None
+    careful = normalize(raw, 0, "nccl_trace_rank_0", "pickle")
+    assert [careful.stack_of(e.stack_id) != () for e in careful.entries] == [True, True, False]
+
+
+def test_an_entry_called_from_elsewhere_than_the_first_of_its_kind_gets_its_own_stack_in_order():
+    from frtrace.reading import fastpath
+
+    def at(line):
+        return [{"name": "step", "filename": "train.py", "line": line}]
+
+    # one kind throughout, called from line 10, then 20, 10, 30, 20: stacks numbered as first met
+    raw = make_dump([entry(seq=s, frames=at(line)) for s, line in enumerate([10, 20, 10, 30, 20], 1)])
+    stacks: dict = {}
+    columns = fastpath.fast_columns(raw["entries"], 0, stacks)
+    assert [list(stacks)[i][0].line for i in columns.stack_id] == [10, 20, 10, 30, 20]
+    assert [s[0].line for s in stacks] == [10, 20, 30]
+    other_kind = make_dump([entry(seq=1, frames=at(30), op="broadcast"), *raw["entries"]])["entries"]
+    stacks = {}
+    columns = fastpath.fast_columns(other_kind, 0, stacks)
+    assert [s[0].line for s in stacks] == [30, 10, 20] and list(columns.stack_id) == [0, 1, 2, 1, 0, 2]
+
+
+def test_frames_that_compare_too_deep_go_to_the_careful_path():
+    from frtrace.reading import fastpath
+
+    def deep() -> list:
+        value: list = []
+        for _ in range(1500):  # within marshal's nesting limit, past the interpreter's recursion limit
+            value = [value]
+        return value
+
+    frames = [{"name": "step", "filename": "train.py", "line": 3, "locals": deep()}]
+    again = [{"name": "step", "filename": "train.py", "line": 3, "locals": deep()}]
+    assert fastpath.fast_columns(make_dump([entry(seq=1, frames=frames), entry(seq=2, frames=again)])["entries"], 0, {}) is None
+
+
 def test_entries_with_more_tensors_than_a_dump_holds_go_to_the_careful_path():
     from frtrace.reading import fastpath
 

@@ -12,9 +12,9 @@ import marshal
 import sys
 from math import inf
 from array import array
-from collections.abc import Iterable
-from itertools import repeat
-from operator import itemgetter, methodcaller
+from collections.abc import Iterable, Sequence
+from itertools import chain, compress, repeat
+from operator import eq, itemgetter, methodcaller, not_
 from typing import Any
 
 from ..errors import printable
@@ -91,6 +91,7 @@ _NO_FRAMES: list = []
 _OPTIONAL_INT = {int, type(None)}
 _NUMBER = {int, float, type(None)}
 _frame_fields = itemgetter("name", "filename", "line")
+_frame_line = itemgetter("line")
 
 
 def _fields(raw_entries: list) -> list[tuple] | None:
@@ -141,11 +142,12 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
             return None
         code_of[key] = kinds.setdefault(kind, len(kinds))
     state_of = {state: number for number, state in enumerate(dict.fromkeys(states))}
-    stack_ids = _fast_stacks(frames, stacks)
+    kind_codes = code_column(map(code_of.__getitem__, keys), len(kinds))
+    stack_ids = _fast_stacks(frames, kind_codes, stacks)
     if stack_ids is None:
         return None
     return EntryColumns(
-        rank, tuple(kinds), code_column(map(code_of.__getitem__, keys), len(kinds)),
+        rank, tuple(kinds), kind_codes,
         tuple(map(clean_text, state_of)), code_column(map(state_of.__getitem__, states), len(state_of)),
         *numbers, stack_ids,
     )
@@ -178,21 +180,78 @@ def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dt
                 tuple(dtype_name(clean_text(d)) for d in dtypes_in), tuple(dtype_name(clean_text(d)) for d in dtypes_out))
 
 
-def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array | None:
+def _fast_stacks(frames: tuple, kinds: Sequence[int], stacks: dict[tuple[Frame, ...], int]) -> array | None:
     """Each entry's stack id, new stacks added to `stacks` in order of first appearance; None where
     a frame is not a plain dict of name, filename and line.
 
-    PyTorch writes every entry its own list of frame dicts, a pickle may share one list between
-    entries: each distinct list is marshalled into a bytes key (in C; no raw value is hashed, so a
-    deeply nested one cannot crash the hash), and a Python step runs once per distinct key, which
-    checks its frames and makes its stack."""
+    A pickle may share one list of frames between entries: then each distinct list is read. Each
+    read list is marshalled into a bytes key (in C; no raw value is hashed, so a deeply nested one
+    cannot crash the hash), and a Python step runs once per distinct key, which checks its frames
+    and makes its stack. PyTorch writes every entry its own list: see _codes_by_first_of_kind."""
     if not set(map(type, filter(None, frames))) <= _LIST:
         return None
     lists = [frame_list or _NO_FRAMES for frame_list in frames]
-    by_id = dict(zip(map(id, lists), lists))
-    if max(map(len, by_id.values())) > MAX_FRAMES:
+    by_id = dict(zip(map(id, lists), lists))  # each distinct list object once
+    local: dict[tuple[Frame, ...], int] = {}  # the dump's stacks, numbered as met here
+    if _SHARED_LISTS * len(by_id) <= len(lists):
+        code_by_id = _stack_codes(by_id, len(lists), local)
+        codes = None if code_by_id is None else array("i", map(code_by_id.__getitem__, map(id, lists)))
+    else:
+        codes = _codes_by_first_of_kind(lists, by_id, kinds, local)
+    if codes is None:
         return None
-    keys = _keys(by_id.values(), _STACK_BYTES * len(lists))
+    by_local = list(local)
+    number = {-1: -1}  # the local numbers -> ids in `stacks`, given in the order of the entries
+    for code in dict.fromkeys(codes):
+        if code >= 0:
+            number[code] = stacks.setdefault(by_local[code], len(stacks))
+    return small_int_column(array("i", map(number.__getitem__, codes)))
+
+
+_SHARED_LISTS = 4  # at most a quarter as many lists as entries: a pickle that shares them
+
+
+def _codes_by_first_of_kind(lists: list[list], by_id: dict[int, list], kinds: Sequence[int],
+                            local: dict[tuple[Frame, ...], int]) -> array | None:
+    """Each entry's number in `local`, where entries have their own lists of frames.
+
+    An op of one kind is nearly always called from one place: so each entry's list is compared
+    (==, in C) with the list of the first entry of its kind, and only those first lists and the
+    lists that differ from them are read. A list equal to a checked one holds the same strings;
+    its lines are numbers equal to ints, and their types are checked in one pass (88.0 == 88: the
+    careful path refuses a float line, so the fast path does not take one for an int)."""
+    count = len(lists)
+    first_of_kind = dict(zip(reversed(kinds), range(count - 1, -1, -1)))  # kind code -> its first entry
+    firsts = [lists[index] for index in first_of_kind.values()]
+    code_by_id = _stack_codes(dict(zip(map(id, firsts), firsts)), count, local)
+    if code_by_id is None:
+        return None
+    candidates = list(map(lists.__getitem__, map(first_of_kind.__getitem__, kinds)))
+    try:
+        same = list(map(eq, lists, candidates))
+    except RecursionError:  # a checked first list may hold deep values under keys other than a frame's
+        return None
+    differing = [lists[index] for index in compress(range(count), map(not_, same))]
+    if differing:
+        others = _stack_codes(dict(zip(map(id, differing), differing)), count, local)
+        if others is None:
+            return None
+        code_by_id.update(others)
+    if not set(map(type, map(_frame_line, chain.from_iterable(by_id.values())))) <= _INT:
+        return None
+    codes = array("i", map(code_by_id.__getitem__, map(id, candidates)))
+    for index in compress(range(count), map(not_, same)):
+        codes[index] = code_by_id[id(lists[index])]
+    return codes
+
+
+def _stack_codes(lists: dict[int, list], count: int, stacks: dict[tuple[Frame, ...], int]) -> dict[int, int] | None:
+    """id of each of `lists` -> its stack's id (-1 for none), new stacks added to `stacks`; None
+    where a list is longer than a stack may be, is not marshallable, or holds a frame that is not
+    one, or where the keys pass their budget (`count` entries' worth)."""
+    if max(map(len, lists.values())) > MAX_FRAMES:
+        return None
+    keys = _keys(lists.values(), _STACK_BYTES * count)
     if keys is None:
         return None
     code_of = dict.fromkeys(keys)
@@ -201,10 +260,7 @@ def _fast_stacks(frames: tuple, stacks: dict[tuple[Frame, ...], int]) -> array |
         if stack is None:
             return None
         code_of[key] = stacks.setdefault(stack, len(stacks)) if stack else -1
-    codes = map(code_of.__getitem__, keys)
-    if len(by_id) < len(lists):  # lists shared between entries: each entry's code by its list's identity
-        codes = map(dict(zip(by_id, codes)).__getitem__, map(id, lists))
-    return small_int_column(array("i", codes))
+    return dict(zip(lists, map(code_of.__getitem__, keys)))
 
 
 def _stack(frame_list: list) -> tuple[Frame, ...] | None:
