@@ -418,7 +418,9 @@ def test_an_archive_of_big_members_is_read_one_member_at_a_time(tmp_path, kind):
     assert archive.stat().st_size < 5 << 20
     done, peak = peak_of_run([sys.executable, "-m", "frtrace", "-d", str(archive), "--jobs", "2"])
     assert done.returncode == 2 and b"none of the 6 dump file(s) could be read" in done.stderr, done.stderr
-    assert peak < 900 << 20, f"peak {peak >> 20} MiB"  # all six members together: 1.5 GiB
+    # one member's bytes at a time in each process: 280 MiB; a worker that kept the bytes of the members
+    # it failed to read (an error's frames in a cycle, its collector off) reached 790
+    assert peak < 600 << 20, f"peak {peak >> 20} MiB"
 
 
 def test_an_archive_member_is_read_from_a_copy_that_is_gone_afterwards(tmp_path, monkeypatch):

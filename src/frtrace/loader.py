@@ -588,6 +588,10 @@ def _load_one(job: tuple) -> CompactDump | DumpError | InternalError:
         raw, file_format = read_raw(job[2], shown=path) if len(job) > 2 else read_raw(path)
         return compact(raw, rank, path, file_format)
     except DumpError as exc:
+        # as a value, without the frames it was raised through: they hold the file's bytes, and
+        # through their callers' frames the error itself, a cycle that a worker (its collector
+        # off, as the main process's) would keep, a whole file for each file that failed
+        exc.__traceback__ = exc.__context__ = exc.__cause__ = None
         return exc
     except Exception as exc:  # never blamed on the rank: the rank's file may be fine
         return InternalError(display_path(path), f"{type(exc).__name__}: {short_reason(exc)}", traceback.format_exc())
