@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from run import table  # benchmarks/run.py, beside this script
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RUN = ("import json, os, resource, sys\n"
@@ -76,10 +78,8 @@ def main(argv=None) -> int:
             rows.append((ranks, entries, jobs, f"{wall:.2f}", f"{main_cpu:.2f}", f"{main_cpu / ranks * 1e3:.3f}",
                          f"{workers_cpu:.2f}", f"{workers_cpu / ranks * 1e3:.2f}", ",".join(sorted({str(r[3]) for r in runs}))))
             print(*rows[-1], sep="  ", file=sys.stderr)
-    headers = ("ranks", "entries", "jobs", "wall s", "main CPU s", "main ms/dump", "workers CPU s", "workers ms/dump", "exit")
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    for row in [headers, tuple("-" * w for w in widths), *rows]:
-        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths)))
+    table(("ranks", "entries", "jobs", "wall s", "main CPU s", "main ms/dump", "workers CPU s", "workers ms/dump", "exit"),
+          rows)
     return 0
 
 

@@ -257,8 +257,7 @@ class _Normalizer:
                 continue
             name, desc = clean_text(name), clean_text(desc)
             if isinstance(ranks, str):
-                config = (_ignored(name, ranks) if len(ranks) > 8 * MAX_RANK else _config_of_text(name, desc, ranks)
-                          if len(ranks) <= _CACHED_TEXT else _config_of_text.__wrapped__(name, desc, ranks))
+                config = _text_config(name, desc, ranks)
                 if isinstance(config, str):
                     self.notes.append(config)
                 elif config is not None:
@@ -280,6 +279,14 @@ def _ignored(name: str, ranks: Any) -> str:
 
 
 _CACHED_TEXT = 1 << 20  # ranks text up to this many characters is cached (100,000 ranks take 700,000)
+
+
+def _text_config(name: str, desc: str, text: str) -> GroupConfig | str | None:
+    """_config_of_text, cached up to _CACHED_TEXT characters; text past what a list of MAX_RANK
+    ranks takes is not parsed at all."""
+    if len(text) > 8 * MAX_RANK:
+        return _ignored(name, text)
+    return (_config_of_text if len(text) <= _CACHED_TEXT else _config_of_text.__wrapped__)(name, desc, text)
 
 
 @lru_cache(maxsize=128)

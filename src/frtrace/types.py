@@ -138,8 +138,13 @@ def recode(local: Sequence[int], mapping: list[int], as_bytes: bool) -> Sequence
     """mapping[c] for each code c of `local`: bytes, by bytes.translate in C, when `as_bytes` (then
     `local` is bytes and every mapped code is below 256), else an array of 4-byte ints."""
     if as_bytes:
-        return local.translate(bytes(mapping) + bytes(256 - len(mapping)))
+        return local.translate(translation_table(mapping))
     return array("I", map(mapping.__getitem__, local))
+
+
+def translation_table(mapping: list[int]) -> bytes:
+    """bytes.translate's table for codes below 256 mapped by `mapping` (the rest to 0)."""
+    return bytes(mapping) + bytes(256 - len(mapping))
 
 
 def float_column(values: Sequence) -> Sequence[float]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from . import size_rules
 from ..reading import runs
 from ..reading.groups import GroupTable
-from ..types import Dump, Entry, EntryColumns, Group, Kind, recode
+from ..types import Dump, Entry, EntryColumns, Group, Kind, recode, translation_table
 
 _P2P_NAME = re.compile(r"^(send|recv)\s*(\d+)\s*(->|<-)\s*(\d+)")
 _RECV_ANY = re.compile(r"^recv\s*(\d+)\s*<-\s*\?")
@@ -180,18 +180,8 @@ class Codes:
         kind_ids: dict[Kind, int] = {}
         state_ids: dict[str, int] = {}
         # ranks share their kinds' and states' tuples (wire.Unpacker): each tuple's map is made once
-        kind_maps_of: dict[int, list[int]] = {}
-        state_maps_of: dict[int, list[int]] = {}
-        kind_maps, state_maps = {}, {}
-        for rank, dump in dumps.items():
-            kinds, states = dump.entries.kinds, dump.entries.states
-            kind_map = kind_maps_of.get(id(kinds))
-            if kind_map is None:
-                kind_map = kind_maps_of[id(kinds)] = [kind_ids.setdefault(k, len(kind_ids)) for k in kinds]
-            state_map = state_maps_of.get(id(states))
-            if state_map is None:
-                state_map = state_maps_of[id(states)] = [state_ids.setdefault(s, len(state_ids)) for s in states]
-            kind_maps[rank], state_maps[rank] = kind_map, state_map
+        kind_maps = _maps({rank: dump.entries.kinds for rank, dump in dumps.items()}, kind_ids)
+        state_maps = _maps({rank: dump.entries.states for rank, dump in dumps.items()}, state_ids)
         self.kinds: list[Kind] = list(kind_ids)
         self.states: list[str] = list(state_ids)
         self._kind_maps, self._state_maps = kind_maps, state_maps
@@ -216,8 +206,21 @@ class Codes:
             return recode(local, mapping, False)
         table = self._tables.get(id(mapping))
         if table is None:
-            table = self._tables[id(mapping)] = bytes(mapping) + bytes(256 - len(mapping))
+            table = self._tables[id(mapping)] = translation_table(mapping)
         return local.translate(table)
+
+
+def _maps(values_of: dict[int, tuple], ids: dict) -> dict[int, list[int]]:
+    """Rank -> its local codes' global ones (new values numbered in `ids`), made once for each
+    tuple that ranks share."""
+    made: dict[int, list[int]] = {}
+    maps = {}
+    for rank, values in values_of.items():
+        found = made.get(id(values))
+        if found is None:
+            found = made[id(values)] = [ids.setdefault(v, len(ids)) for v in values]
+        maps[rank] = found
+    return maps
 
 
 def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Group, Track], list[str]]:

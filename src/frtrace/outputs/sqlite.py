@@ -154,8 +154,11 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
             collective_ids = db.ncclcalls.column("collective_id")
             collective_ids = _none_for(getattr(collective_ids, "values", collective_ids), _NEGATIVE_TO_NONE)  # OptionalIds
             calls = 0
+            of_stacks: dict[int, dict[int, int]] = {}  # ranks share their stacks' tuples (wire.Unpacker): each made text once
             for rank, dump in dumps.items():
-                tracebacks = {i: by_text[frames_text(stack)] for i, stack in enumerate(dump.stacks)}
+                tracebacks = of_stacks.get(id(dump.stacks))
+                if tracebacks is None:
+                    tracebacks = of_stacks[id(dump.stacks)] = {i: by_text[frames_text(s)] for i, s in enumerate(dump.stacks)}
                 count = len(dump.entries)
                 _insert_rows(connection, "entry_rows", 15, _entry_rows(rank, dump, table, ids, kind_ids, tracebacks,
                                                                       range(calls, calls + count), islice(collective_ids, count)))

@@ -231,7 +231,8 @@ def _codes_by_first_of_kind(lists: list[list], by_id: dict[int, list], kinds: Se
         same = list(map(eq, lists, candidates))
     except RecursionError:  # a checked first list may hold deep values under keys other than a frame's
         return None
-    differing = [lists[index] for index in compress(range(count), map(not_, same))]
+    apart = list(compress(range(count), map(not_, same)))  # entries whose list is not their kind's first's
+    differing = [lists[index] for index in apart]
     if differing:
         others = _stack_codes(dict(zip(map(id, differing), differing)), count, local)
         if others is None:
@@ -240,7 +241,7 @@ def _codes_by_first_of_kind(lists: list[list], by_id: dict[int, list], kinds: Se
     if not set(map(type, map(_frame_line, chain.from_iterable(by_id.values())))) <= _INT:
         return None
     codes = array("i", map(code_by_id.__getitem__, map(id, candidates)))
-    for index in compress(range(count), map(not_, same)):
+    for index in apart:
         codes[index] = code_by_id[id(lists[index])]
     return codes
 
