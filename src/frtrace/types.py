@@ -115,9 +115,11 @@ def int_column(values: Sequence) -> Sequence[int]:
         return tuple(values)
 
 
-def small_int_column(values: Sequence[int]) -> Sequence[int]:
-    """Ints of at least -1 in the narrowest array that holds them: one byte each below 128."""
-    top = max(values, default=0)
+def small_int_column(values: Iterable[int], top: int | None = None) -> Sequence[int]:
+    """Ints of at least -1 in the narrowest array that holds them: one byte each below 128.
+    With `top` (the largest of them, known beforehand) the values may be an iterator."""
+    if top is None:
+        top = max(values, default=0)
     return array("b" if top < 128 else "h" if top < 32768 else "i" if top < 2**31 else "q", values)
 
 

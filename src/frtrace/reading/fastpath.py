@@ -192,8 +192,12 @@ def _fast_stacks(frames: tuple, kinds: Sequence[int], stacks: dict[tuple[Frame, 
         return None
     lists = [frame_list or _NO_FRAMES for frame_list in frames]
     by_id = dict(zip(map(id, lists), lists))  # each distinct list object once
+    shared = _SHARED_LISTS * len(by_id) <= len(lists)
+    if shared and not stacks:  # read in the order of the entries: numbered as `stacks` numbers them
+        code_by_id = _stack_codes(by_id, len(lists), stacks)
+        return None if code_by_id is None else small_int_column(map(code_by_id.__getitem__, map(id, lists)), len(stacks) - 1)
     local: dict[tuple[Frame, ...], int] = {}  # the dump's stacks, numbered as met here
-    if _SHARED_LISTS * len(by_id) <= len(lists):
+    if shared:
         code_by_id = _stack_codes(by_id, len(lists), local)
         codes = None if code_by_id is None else array("i", map(code_by_id.__getitem__, map(id, lists)))
     else:
