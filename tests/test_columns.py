@@ -304,3 +304,28 @@ def test_collective_ids_kept_as_seq_ids_plus_offsets_read_as_the_ids_they_stand_
         with pytest.raises(IndexError):
             ids[outside]
     assert list(pickle.loads(pickle.dumps(ids))) == expected
+
+
+@pytest.mark.parametrize("seqs,cut", [((1, 1, 1, 2, 3, 3, 3), True), ((5, 5, 6, 6, 6), True),
+                                      ((1, 1, 2, 1, 3), False), ((2, 2, 1, 1), True)],
+                         ids=["coalesced-then-single", "from-5", "a-seq-comes-back", "going-down"])
+def test_a_run_of_collectives_is_cut_into_the_units_the_entry_by_entry_reading_makes(seqs, cut, monkeypatch):
+    # a run of collectives only (no p2p op) is cut where its seq id changes, by C-level passes;
+    # where a seq id comes back after another's, the entry-by-entry reading makes the units
+    from frtrace.analysis import align
+
+    raw = [entry(seq=s, op="coalesced" if i == len(seqs) - 1 or seqs[i + 1] != s else "all_gather", state="completed")
+           for i, s in enumerate(seqs)]
+    dump = normalize(make_dump(raw), 0, "dump", "pickle")
+    run = next(iter(runs.make_runs(dump.entries).values()))
+    kind_map = [7 + code for code in range(len(dump.entries.kinds))]  # global codes other than the local ones
+    group = resolve_groups({0: dump}, {}, None).groups[0]
+
+    def track_of():
+        track = align._unit_track(0, group, dump.entries, run, True, [], kind_map)
+        return track.first_seq, track.last_seq, track.units, track.unit_kinds
+
+    assert (align._consecutive_units(dump.entries, run, kind_map) is not None) == cut
+    fast = track_of()
+    monkeypatch.setattr(align, "_consecutive_units", lambda *args: None)
+    assert fast == track_of()

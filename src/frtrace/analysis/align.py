@@ -11,7 +11,8 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import groupby
+from itertools import compress, groupby, islice
+from operator import ne
 from dataclasses import dataclass, field
 
 from . import size_rules
@@ -242,19 +243,28 @@ def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Grou
             track = Track(first_seq=run.first_seq, last_seq=run.first_seq + len(run.positions) - 1, entries=columns,
                           positions=run.positions, kinds=codes.kinds_of(rank, run.kinds), states=codes.states_of(rank, run.states))
         else:
-            track = _unit_track(rank, group, columns, run.positions, member, notes, codes.kind_map(rank))
+            track = _unit_track(rank, group, columns, run, member, notes, codes.kind_map(rank))
         if track is not None:
             tracks[group] = track
     return tracks, notes
 
 
-def _unit_track(rank: int, group: Group, columns: EntryColumns, positions: Sequence[int], member: bool,
+def _unit_track(rank: int, group: Group, columns: EntryColumns, run: runs.Run, member: bool,
                 notes: list[str], kind_map: list[int]) -> Track | None:
     """The track of a group's entries one by one, read from the columns: coalesced groups joined
     into units, p2p ops parsed (once per kind), a p2p batch's terminator giving the batch its
     state. Only the p2p ops' entries are built here."""
     terminators = size_rules.COALESCED_TERMINATORS
     kinds = columns.kinds
+    positions = run.positions
+    if not any(kinds[code].is_p2p for code in set(run.kinds)):  # collectives only: no p2p op, no batch
+        if not member:
+            return None
+        found = _consecutive_units(columns, run, kind_map)
+        if found is not None:
+            track = Track(entries=columns, units=found[0], unit_kinds=found[1])
+            track.first_seq, track.last_seq = next(iter(track.units)), max(track.units)
+            return track
     by_seq: dict[int, list[int]] = {}
     p2p: list[tuple[int, str, int, int]] = []  # (buffer index, send or recv, src, dst)
     parsed_of: dict[int, tuple[str, int, int] | None] = {}  # kind code -> what its name says
@@ -299,6 +309,22 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, positions: Seque
                        batch_sizes[columns.p2p_seq_id[position]] > 1)
                  for position, kind, src, dst in p2p]
     return track
+
+
+def _consecutive_units(columns: EntryColumns, run: runs.Run, kind_map: list[int]) -> tuple[dict, dict] | None:
+    """A run of collectives as units (seq id -> its entries' buffer indices, and their global kind
+    codes) where each unit's entries are next to each other in the run and no seq id comes back
+    after another's: cut where the seq id changes, by C-level passes. None otherwise."""
+    seqs = list(map(columns.collective_seq_id.__getitem__, run.positions))
+    starts = [0, *compress(range(1, len(seqs)), map(ne, islice(seqs, 1, None), seqs))]
+    firsts = list(map(seqs.__getitem__, starts))
+    if len(set(firsts)) != len(firsts):
+        return None
+    ends = [*islice(starts, 1, None), len(seqs)]
+    positions, codes = tuple(run.positions), tuple(map(kind_map.__getitem__, run.kinds))
+    units = dict(zip(firsts, map(positions.__getitem__, map(slice, starts, ends))))
+    unit_kinds = dict(zip(firsts, map(codes.__getitem__, map(slice, starts, ends))))
+    return units, unit_kinds
 
 
 def _p2p_ends(op: str, group: Group) -> tuple[str, int, int] | None:
