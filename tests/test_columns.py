@@ -329,3 +329,28 @@ def test_a_run_of_collectives_is_cut_into_the_units_the_entry_by_entry_reading_m
     fast = track_of()
     monkeypatch.setattr(align, "_consecutive_units", lambda *args: None)
     assert fast == track_of()
+
+
+@pytest.mark.parametrize("names,made", [(("send 0->1", "recv 0<-1", "send 0->1"), True), (("recv 0<-?",), True),
+                                        (("send 0->1", "send 0->9"), False)],
+                         ids=["sends-and-recvs", "from-any", "a-rank-outside"])
+def test_a_run_of_p2p_ops_only_gives_the_ops_the_entry_by_entry_reading_gives(names, made, monkeypatch):
+    # a run of p2p ops only (no collective, so no batch) is made into P2POps by C-level passes;
+    # where a name names no rank of the group, the entry-by-entry reading makes them and says so
+    from frtrace.analysis import align
+
+    raw = [entry(op=name, is_p2p=True, p2p_seq=i + 1, seq=0, state=("completed", "started")[i % 2]) for i, name in enumerate(names)]
+    dump = normalize(make_dump(raw, pg_config={"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}}), 0, "dump", "pickle")
+    run = next(iter(runs.make_runs(dump.entries).values()))
+    group = resolve_groups({0: dump}, {}, None).groups[0]
+
+    def ops_of():
+        notes = []
+        track = align._unit_track(0, group, dump.entries, run, True, notes, [0] * len(dump.entries.kinds))
+        return [tuple(op) for op in track.p2p], track.first_seq, notes
+
+    assert (align._p2p_only(group, dump.entries, run) is not None) == made
+    fast = ops_of()
+    monkeypatch.setattr(align, "_p2p_only", lambda *args: None)
+    assert fast == ops_of()
+    assert len(fast[0]) == len(names) - (not made)

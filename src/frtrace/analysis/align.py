@@ -11,9 +11,11 @@ import re
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, groupby, islice
-from operator import ne
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import compress, groupby, islice, repeat
+from operator import ne
+from typing import NamedTuple
 
 from . import size_rules
 from ..reading import runs
@@ -70,8 +72,10 @@ def signature(unit: UnitEntries) -> tuple:
     return tuple((e.op, e.input_sizes, e.output_sizes, e.input_dtypes, e.output_dtypes) for e in unit)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class P2POp:
+class P2POp(NamedTuple):
+    """A tuple, so that a track's many p2p ops are made in C (_p2p_only); one object per op,
+    never copied (the analysis tells them apart by identity)."""
+
     entries: EntryColumns  # its rank's; the op's entry is built when read (a job holds many p2p ops)
     index: int  # its buffer index
     kind: str  # "send" or "recv"
@@ -257,7 +261,8 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, run: runs.Run, m
     terminators = size_rules.COALESCED_TERMINATORS
     kinds = columns.kinds
     positions = run.positions
-    if not any(kinds[code].is_p2p for code in set(run.kinds)):  # collectives only: no p2p op, no batch
+    present = set(run.kinds)
+    if not any(kinds[code].is_p2p for code in present):  # collectives only: no p2p op, no batch
         if not member:
             return None
         found = _consecutive_units(columns, run, kind_map)
@@ -265,6 +270,10 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, run: runs.Run, m
             track = Track(entries=columns, units=found[0], unit_kinds=found[1])
             track.first_seq, track.last_seq = next(iter(track.units)), max(track.units)
             return track
+    elif all(kinds[code].is_p2p for code in present):  # p2p ops only: no collective, no batch
+        found = _p2p_only(group, columns, run)
+        if found is not None:
+            return Track(entries=columns, units={}, unit_kinds={}, p2p=found)
     by_seq: dict[int, list[int]] = {}
     p2p: list[tuple[int, str, int, int]] = []  # (buffer index, send or recv, src, dst)
     parsed_of: dict[int, tuple[str, int, int] | None] = {}  # kind code -> what its name says
@@ -325,6 +334,21 @@ def _consecutive_units(columns: EntryColumns, run: runs.Run, kind_map: list[int]
     units = dict(zip(firsts, map(positions.__getitem__, map(slice, starts, ends))))
     unit_kinds = dict(zip(firsts, map(codes.__getitem__, map(slice, starts, ends))))
     return units, unit_kinds
+
+
+_new_p2p = partial(tuple.__new__, P2POp)  # P2POp from a tuple of its fields, in C
+
+
+def _p2p_only(group: Group, columns: EntryColumns, run: runs.Run) -> list[P2POp] | None:
+    """The p2p ops of a run that holds nothing else (no batch terminator: none is batched), made
+    by C-level passes; None where a kind's name names no rank of the group (the entry-by-entry
+    reading says so of each such op)."""
+    ends_of = {code: _p2p_ends(columns.kinds[code].op, group) for code in set(run.kinds)}
+    if None in ends_of.values():
+        return None
+    kinds, sources, destinations = zip(*map(ends_of.__getitem__, run.kinds))
+    states = map(columns.states.__getitem__, run.states)
+    return list(map(_new_p2p, zip(repeat(columns), run.positions, kinds, sources, destinations, states, repeat(False))))
 
 
 def _p2p_ends(op: str, group: Group) -> tuple[str, int, int] | None:
