@@ -165,14 +165,18 @@ class _Codes:
 
 def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int] | None:
     """Per kind of a rank's entries, the offset from seq id to collective id; None unless every
-    entry is one whole collective of a group whose collective ids follow its seq ids."""
+    entry is a collective (or a coalesced group's part) of a group whose collective ids follow its
+    seq ids over a span holding the rank's."""
+    if any(kind.is_p2p for kind in entries.kinds):  # p2p ops have no collective; a p2p batch's end looks like one
+        return None
     found = []
     for kind in entries.kinds:
         group = table.by_rank.get((rank, kind.pg_name))
-        if kind.is_p2p or group is None or group not in offsets:
+        if group is None or group not in offsets:
             return None
-        track = spans[group][3].tracks.get(rank)
-        if track is None or track.units is not None:  # coalesced, p2p batches or gaps: look each up
+        _, first, last, view = spans[group]
+        track = view.tracks.get(rank)
+        if track is None or track.first_seq is None or not first <= track.first_seq <= track.last_seq <= last:
             return None
         found.append(offsets[group])
     return found
