@@ -11,8 +11,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
-from conftest import FIXTURES, entry, make_dump, ops, write_dumps
+from conftest import FIXTURES, entry, examples, make_dump, ops, write_dumps
 from frtrace.cli import main
 from frtrace.reading.discover import find_dump_files
 from frtrace.reading.groups import resolve_groups
@@ -334,3 +336,19 @@ def test_sqlite_of_a_longer_job_holds_every_entry_and_call(tmp_path, sqlite_db):
     job = generated_job(tmp_path / "job", ranks=8, entries=150)
     test_sqlite_entries_are_the_entries_read_one_by_one(sqlite_db, str(job))
     test_sqlite_ncclcalls_are_the_pickle_databases_calls(sqlite_db, tmp_path, str(job))
+
+
+@given(rows=st.lists(st.tuples(st.text(st.characters(min_codepoint=32, max_codepoint=0x2fff), max_size=12),
+                               st.text(st.characters(min_codepoint=32, max_codepoint=0x2fff), max_size=20)),
+                     min_size=1, max_size=6))
+@example(rows=[("3", "1e5"), ("nan", "-0"), (" a ", "  "), ("groups", "41")])  # numbers and blanks, as text
+@settings(max_examples=examples(200), deadline=None)
+def test_the_summary_prints_as_tabulate_prints_text(rows):
+    # the summary's rows (text: a first row with a count and its ranks in brackets) are printed
+    # without tabulate, as its "plain" format prints them
+    from tabulate import tabulate
+
+    from frtrace.outputs.report import plain_table
+
+    rows = [["ranks loaded", "4 (0-3)"], *map(list, rows)]
+    assert plain_table(rows) == tabulate(rows, tablefmt="plain")  # as the summary was printed

@@ -16,7 +16,6 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from .reading.anchor import Anchoring, anchor_relative_seqs
-from .reading.archive import is_archive, unpacked
 from .builder import build_database, write_database
 from .reading.discover import UNANSWERED, Discovery, find_dump_files
 from .errors import UsageError, display_path, printable
@@ -42,11 +41,14 @@ def default_jobs() -> int:
 def discovered(trace_dir: str, prefix: str | None) -> Iterator[Discovery]:
     """The dump files of a folder or an archive, for as long as the block reads them (an archive's
     members are copied out for it, and removed after)."""
-    if is_archive(trace_dir):
-        with unpacked(trace_dir, prefix) as discovery:
-            yield discovery
-    else:
-        yield find_dump_files(trace_dir, prefix)
+    if not os.path.isdir(trace_dir):  # zipfile and tarfile imported for an archive only
+        from .reading.archive import is_archive, unpacked
+
+        if is_archive(trace_dir):
+            with unpacked(trace_dir, prefix) as discovery:
+                yield discovery
+            return
+    yield find_dump_files(trace_dir, prefix)
 
 
 def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,

@@ -12,7 +12,6 @@ leaves nothing behind.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import stat
@@ -318,7 +317,7 @@ def _named(fd: int, plan: PlannedOutput) -> str:
     directory = os.path.dirname(plan.target)
     prefix = _temp_prefix(directory, plan)
     for _ in range(100):
-        temp = os.path.join(directory, f"{prefix}{secrets.token_hex(4)}.tmp")
+        temp = os.path.join(directory, f"{prefix}{os.urandom(4).hex()}.tmp")
         try:
             os.link(f"/proc/self/fd/{fd}", temp)
             return temp

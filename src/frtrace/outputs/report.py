@@ -6,14 +6,21 @@ from collections import defaultdict
 from importlib import resources
 from typing import Any, TextIO
 
-from tabulate import tabulate
-
 from .. import __version__
 from ..analysis.align import format_ranks
 from ..errors import printable
 from ..reading.groups import GroupTable
 from ..reading.stacks import main_thread
 from ..types import Analysis, Dump, Finding, SkippedFile
+
+
+def plain_table(rows: list[list[str]]) -> str:
+    """Rows of text cells in columns two spaces apart, as tabulate's "plain" format prints text
+    (each cell stripped, no padding after the last): a clean run's summary, printed without
+    importing tabulate."""
+    rows = [[cell.strip() for cell in row] for row in rows]
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
 
 def _where(finding: Finding) -> str:
@@ -72,6 +79,8 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             for f in shown
         ]
         print("\nFindings (* = root cause)", file=out)
+        from tabulate import tabulate  # here: importing it reads its version from the installed packages' metadata
+
         print(tabulate(rows, headers=["", "kind", "group", "seq", "op", "ranks", "detail"], tablefmt="simple",
                        maxcolwidths=[None, None, None, None, None, None, 70]), file=out)
         if len(analysis.findings) > len(shown):
@@ -110,7 +119,7 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
         summary.append(["failed health checks", "; ".join(f"rank {r}: {', '.join(failing[r][:4])}" for r in ordered[:8])])
     if skipped:
         summary.append(["files skipped", str(len(skipped))])
-    print(tabulate(summary, tablefmt="plain"), file=out)
+    print(plain_table(summary), file=out)
 
     if skipped:
         print("\nSkipped files", file=out)
@@ -246,4 +255,6 @@ def render_entries(dumps: dict[int, Dump], table: GroupTable, out: TextIO, *,
         print(f"\n{group.label} (pg {group.name}, ranks {format_ranks(group.ranks)})", file=out)
         rows = [[f"{kind} {seq}".strip()] + ["; ".join(cells[(kind, seq)].get(r, [])) for r in columns]
                 for kind, seq in sorted(cells, key=lambda k: (k[0], k[1]))]
+        from tabulate import tabulate
+
         print(tabulate(rows, headers=["seq"] + [f"rank {r}" for r in columns], tablefmt="simple"), file=out)
