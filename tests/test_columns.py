@@ -354,3 +354,17 @@ def test_a_run_of_p2p_ops_only_gives_the_ops_the_entry_by_entry_reading_gives(na
     monkeypatch.setattr(align, "_p2p_only", lambda *args: None)
     assert fast == ops_of()
     assert len(fast[0]) == len(names) - (not made)
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["whole", "rank-3-wrapped"])
+def test_each_call_of_a_coalesced_group_points_at_its_own_collective(wrapped, tmp_path):
+    # a coalesced group's calls take their collective ids as seq id + the group's offset: each
+    # call's row must be the row of the call's group and seq id, wherever the rank's track starts
+    dumps = {r: make_dump([e for s in range(2 if wrapped and r == 3 else 1, 5) for e in _coalesced(s, 4)],
+                          first_record=3 if wrapped and r == 3 else 0) for r in range(4)}
+    _, db, _ = _analysis_and_db(write_dumps(tmp_path, dumps))
+    rows = {c.id: c for c in db.collectives}
+    calls = list(db.ncclcalls)
+    seqs = [s for r in range(4) for s in range(2 if wrapped and r == 3 else 1, 5) for _ in range(3)]
+    assert len(calls) == len(seqs)
+    assert [(rows[c.collective_id].group_id, rows[c.collective_id].collective_seq_id) for c in calls] == [(c.group_id, s) for c, s in zip(calls, seqs)]
