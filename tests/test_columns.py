@@ -349,7 +349,7 @@ def test_a_run_of_p2p_ops_only_gives_the_ops_the_entry_by_entry_reading_gives(na
         track = align._unit_track(0, group, dump.entries, run, True, notes, [0] * len(dump.entries.kinds))
         return [tuple(op) for op in track.p2p], track.first_seq, notes
 
-    assert (align._p2p_only(group, dump.entries, run) is not None) == made
+    assert (align._p2p_only(group, dump.entries, run, set(run.kinds)) is not None) == made
     fast = ops_of()
     monkeypatch.setattr(align, "_p2p_only", lambda *args: None)
     assert fast == ops_of()

@@ -271,7 +271,7 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, run: runs.Run, m
             track.first_seq, track.last_seq = next(iter(track.units)), max(track.units)
             return track
     elif all(kinds[code].is_p2p for code in present):  # p2p ops only: no collective, no batch
-        found = _p2p_only(group, columns, run)
+        found = _p2p_only(group, columns, run, present)
         if found is not None:
             return Track(entries=columns, units={}, unit_kinds={}, p2p=found)
     by_seq: dict[int, list[int]] = {}
@@ -339,11 +339,11 @@ def _consecutive_units(columns: EntryColumns, run: runs.Run, kind_map: list[int]
 _new_p2p = partial(tuple.__new__, P2POp)  # P2POp from a tuple of its fields, in C
 
 
-def _p2p_only(group: Group, columns: EntryColumns, run: runs.Run) -> list[P2POp] | None:
+def _p2p_only(group: Group, columns: EntryColumns, run: runs.Run, present: set[int]) -> list[P2POp] | None:
     """The p2p ops of a run that holds nothing else (no batch terminator: none is batched), made
-    by C-level passes; None where a kind's name names no rank of the group (the entry-by-entry
-    reading says so of each such op)."""
-    ends_of = {code: _p2p_ends(columns.kinds[code].op, group) for code in set(run.kinds)}
+    by C-level passes from its kinds' (`present`: the run's kind codes) ends; None where a kind's
+    name names no rank of the group (the entry-by-entry reading says so of each such op)."""
+    ends_of = {code: _p2p_ends(columns.kinds[code].op, group) for code in present}
     if None in ends_of.values():
         return None
     kinds, sources, destinations = zip(*map(ends_of.__getitem__, run.kinds))

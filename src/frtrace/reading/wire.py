@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import marshal
 from collections.abc import Callable
+from typing import Any
+
+from ..types import Dump, EntryColumns, Frame, GroupConfig, Kind
+
 try:  # hashlib's own: importing hashlib loads OpenSSL's bindings as well (3 ms of every run)
     from _blake2 import blake2b
 except ImportError:  # an interpreter built without it
     from hashlib import blake2b
-from typing import Any
-
-from ..types import Dump, EntryColumns, Frame, GroupConfig, Kind
 
 _DIGEST_BYTES = 16
 _KEPT_CONFIGS = 1024  # configs whose digests a worker remembers by identity (each holds its ranks)
