@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from functools import partial
+from itertools import repeat
 
 from .reading.anchor import Anchoring
 from .analysis.align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
@@ -22,6 +24,8 @@ from .analysis.verdict import conclude
 from .analysis.waitgraph import WaitGraph, blocker_of, match_p2p
 
 __all__ = ["analyze", "format_ranks"]
+
+_new_check = partial(tuple.__new__, CollectiveCheck)  # from a tuple of every field, in C (the NamedTuple's __new__ is Python)
 
 
 def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = (), anchoring: Anchoring | None = None,
@@ -63,7 +67,17 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
         group = view.group
         checker = Checker(view, siblings.get((group.desc, view.size), []))
         first_mismatch = None
-        for seq in view.seqs():
+        seqs = view.seqs()
+        i = 0
+        while i < len(seqs):
+            seq = seqs[i]
+            through = view.agreed_through(seq)
+            if through >= seq:  # a run of agreed seq ids nobody lacks: their checks made in C, not one by one
+                checks.extend(map(_new_check, zip(repeat(group), range(seq, through + 1), repeat(()), repeat(None),
+                                                  repeat(view), repeat(True))))
+                i += through - seq + 1  # seqs holds each seq id of the reference's range, in order
+                continue
+            i += 1
             missing = view.not_issued(seq)
             if missing and key not in frontier:
                 frontier[key] = seq

@@ -447,6 +447,17 @@ class GroupView:
         ref = self.reference
         return ref is not None and ref.first_seq <= seq <= ref.last_seq and self._agreed[seq - ref.first_seq] == 1
 
+    def agreed_through(self, seq: int) -> int:
+        """The last seq id of the run from #seq on that is agreed and issued by every member
+        whose status is known (not_issued is empty): found with bytes.find, not seq by seq;
+        seq - 1 where #seq is not such."""
+        ref = self.reference
+        if ref is None or not ref.first_seq <= seq <= ref.last_seq or not self._agreed[seq - ref.first_seq]:
+            return seq - 1
+        end = self._agreed.find(0, seq - ref.first_seq)
+        last = ref.last_seq if end < 0 else ref.first_seq + end - 1
+        return min(last, self._last_values[0]) if self._last_values else last
+
     def _agreed_flags(self) -> bytearray:
         """Per seq id of the reference's range, 1 where agreed: its kind breaks no rule (found for
         the whole range at once with bytes.translate), it is not disputed."""
