@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
+from array import array
 from dataclasses import astuple
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from frtrace.reading.groups import resolve_groups
 from frtrace.loader import load_dumps, normalize, read_dump
 from frtrace.matcher import analyze
 from frtrace.outputs.stats import compute_stats
-from frtrace.types import EntryColumns
+from frtrace.types import EntryColumns, recode
 from test_properties import dump_sets
 
 _spec = importlib.util.spec_from_file_location("generate", Path(__file__).parents[1] / "benchmarks" / "generate.py")
@@ -136,6 +137,35 @@ def test_more_than_256_kinds_compare_as_arrays(tmp_path, monkeypatch):
     fast, _ = _assert_same_both_ways(write_dumps(tmp_path, dumps), monkeypatch)
     assert fast.verdict == "desync" and fast.culprit_ranks == (2,)
     assert [c.collective_seq_id for c in fast.checks if c.mismatch] == [301]
+
+
+def test_more_than_256_kinds_in_all_with_fewer_in_each_rank_are_widened_from_bytes(tmp_path, monkeypatch):
+    # two groups of three ranks, each group with its own 150 sizes: 300 kinds in all, 150 in a rank,
+    # so a rank's codes are bytes and the set's are 4-byte ints, widened a byte at a time
+    ranks_of = {"1": [0, 1, 2], "2": [3, 4, 5]}
+    config = {name: {"name": name, "desc": "tp", "ranks": str(ranks)} for name, ranks in ranks_of.items()}
+    dumps = {}
+    for rank in range(6):
+        pg = "1" if rank < 3 else "2"
+        sizes = [1000 * int(pg) + s for s in range(1, 151)] + [7 if rank == 4 else 1]
+        dumps[rank] = make_dump([entry(pg=pg, desc="tp", seq=s, sizes=((size,),)) for s, size in enumerate(sizes, 1)],
+                                pg_config=config)
+    fast, _ = _assert_same_both_ways(write_dumps(tmp_path, dumps), monkeypatch)
+    assert fast.verdict == "desync" and fast.culprit_ranks == (4,)
+    assert [(c.group.name, c.collective_seq_id) for c in fast.checks if c.mismatch] == [("2", 151)]
+    _, db, _ = _analysis_and_db(tmp_path)
+    calls = [(call.global_rank, call.group_id, call.sizes) for call in db.ncclcalls]
+    assert calls == [(rank, "1" if rank < 3 else "2", [[size]]) for rank in range(6)
+                     for size in [1000 * (1 + rank // 3) + s for s in range(1, 151)] + [7 if rank == 4 else 1]]
+
+
+def test_codes_widened_from_bytes_read_as_the_map_gives_them():
+    for mapping in ([5, 300, 2**32 - 1, 0, 70_000, 2**24 + 3], list(range(256)), [2**31 + i for i in range(256)]):
+        local = bytes(range(len(mapping))) * 3
+        assert recode(local, mapping, False) == array("I", [mapping[c] for c in local])
+        assert recode(array("I", list(local)), mapping, False) == recode(local, mapping, False)  # codes held as ints
+    assert recode(b"", [300], False) == array("I")
+    assert recode(array("I", [0, 299]), list(range(1000, 1300)), False) == array("I", [1000, 1299])  # past 256 local codes
 
 
 @pytest.mark.parametrize("later", [entry(seq=2, op="send 0->1", backend="nccl", is_p2p=True, p2p_seq=1),

@@ -5,6 +5,7 @@ Raw dicts from the dump files are converted once, in the loader; after it nothin
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -136,17 +137,47 @@ def code_column(values: Iterable[int], count: int) -> Sequence[int]:
     return bytes(iter(values)) if count <= 256 else array("I", values)  # iter: not an array's raw buffer
 
 
-def recode(local: Sequence[int], mapping: list[int], as_bytes: bool) -> Sequence[int]:
+def recode(local: Sequence[int], mapping: list[int], as_bytes: bool, tables: tuple | None = None) -> Sequence[int]:
     """mapping[c] for each code c of `local`: bytes, by bytes.translate in C, when `as_bytes` (then
-    `local` is bytes and every mapped code is below 256), else an array of 4-byte ints."""
+    `local` is bytes and every mapped code is below 256), else an array of 4-byte ints (from bytes
+    by four translations, `tables` being wide_tables(mapping) where the caller keeps them)."""
     if as_bytes:
         return local.translate(translation_table(mapping))
+    if isinstance(local, bytes) and len(mapping) <= 256 and _LITTLE_ENDIAN_INTS:
+        return _widened(local, tables or wide_tables(mapping))
     return array("I", map(mapping.__getitem__, local))
 
 
 def translation_table(mapping: list[int]) -> bytes:
     """bytes.translate's table for codes below 256 mapped by `mapping` (the rest to 0)."""
     return bytes(mapping) + bytes(256 - len(mapping))
+
+
+_LITTLE_ENDIAN_INTS = array("I").itemsize == 4 and sys.byteorder == "little"
+
+
+def wide_tables(mapping: list[int]) -> tuple[bytes | None, ...]:
+    """Per byte of a 4-byte code (lowest first), the translation table giving that byte of each
+    mapped code; None where it is 0 for every code. Empty for a map of more than 256 codes."""
+    if len(mapping) > 256:
+        return ()
+    tables = []
+    for shift in (0, 8, 16, 24):
+        table = bytes([(code >> shift) & 0xFF for code in mapping]) + bytes(256 - len(mapping))
+        tables.append(table if any(table) else None)
+    return tuple(tables)
+
+
+def _widened(local: bytes, tables: tuple[bytes | None, ...]) -> array:
+    """The 4-byte codes of one-byte local codes, a byte of each at a time: translated in C and
+    written every fourth byte, instead of a Python-level look-up per code (0.4 s at 4,096 ranks)."""
+    raw = bytearray(4 * len(local))
+    for at, table in enumerate(tables):
+        if table is not None:
+            raw[at::4] = local.translate(table)
+    wide = array("I")
+    wide.frombytes(raw)
+    return wide
 
 
 def float_column(values: Sequence) -> Sequence[float]:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from . import size_rules
 from ..reading import runs
 from ..reading.groups import GroupTable
-from ..types import Dump, Entry, EntryColumns, Group, Kind, recode, translation_table
+from ..types import Dump, Entry, EntryColumns, Group, Kind, recode, translation_table, wide_tables
 
 _P2P_NAME = re.compile(r"^(send|recv)\s*(\d+)\s*(->|<-)\s*(\d+)")
 _RECV_ANY = re.compile(r"^recv\s*(\d+)\s*<-\s*\?")
@@ -190,7 +190,7 @@ class Codes:
         self.kinds: list[Kind] = list(kind_ids)
         self.states: list[str] = list(state_ids)
         self._kind_maps, self._state_maps = kind_maps, state_maps
-        self._tables: dict[int, bytes] = {}  # id of a map -> its bytes.translate table
+        self._tables: dict[int, tuple] = {}  # id of a map -> its bytes.translate table(s)
         # every code in a byte: then every dump's local codes are bytes too (a dump has no more
         # kinds than all dumps), and all tracks compare as bytes; else all as arrays
         self._narrow = (len(self.kinds) <= 256, len(self.states) <= 256)
@@ -207,12 +207,10 @@ class Codes:
 
     def _recoded(self, local: Sequence[int], mapping: list[int], narrow: bool) -> Sequence[int]:
         """recode, with each shared map's translation table made once (maps live as long as self)."""
-        if not narrow:
-            return recode(local, mapping, False)
-        table = self._tables.get(id(mapping))
-        if table is None:
-            table = self._tables[id(mapping)] = translation_table(mapping)
-        return local.translate(table)
+        tables = self._tables.get(id(mapping))
+        if tables is None:
+            tables = self._tables[id(mapping)] = (translation_table(mapping),) if narrow else wide_tables(mapping)
+        return local.translate(tables[0]) if narrow else recode(local, mapping, False, tables)
 
 
 def _maps(values_of: dict[int, tuple], ids: dict) -> dict[int, list[int]]:
