@@ -398,3 +398,18 @@ def test_each_call_of_a_coalesced_group_points_at_its_own_collective(wrapped, tm
     seqs = [s for r in range(4) for s in range(2 if wrapped and r == 3 else 1, 5) for _ in range(3)]
     assert len(calls) == len(seqs)
     assert [(rows[c.collective_id].group_id, rows[c.collective_id].collective_seq_id) for c in calls] == [(c.group_id, s) for c, s in zip(calls, seqs)]
+
+
+def test_collective_ids_follow_seq_ids_only_where_a_group_has_no_gap():
+    from frtrace.outputs.collectives_table import CollectiveColumns
+    from frtrace.types import Group
+
+    whole, gapped = Group("1", "tp", (0, 1)), Group("2", "tp", (2, 3))
+    built = CollectiveColumns({}, {whole: "1", gapped: "2"}, None)
+    # stretches as the table adds them: a run of agreed collectives, then one at a time; "2" lacks #13
+    for group, first, last in [(whole, 1, 4), (whole, 5, 5), (gapped, 10, 12), (gapped, 14, 14)]:
+        _, _, first_id = built._group(group, first, last, None, last - first + 1)
+        built.columns[0].extend(range(first_id, first_id + last - first + 1))  # the rows the caller adds
+    assert built.offsets() == {whole: -1}  # ids 0-4 for seq ids 1-5; "2"'s #14 is id 8, not 9
+    assert built.collective_of == {**{("1", s): s - 1 for s in range(1, 6)}, ("2", 10): 5, ("2", 11): 6, ("2", 12): 7,
+                                   ("2", 14): 8}

@@ -95,7 +95,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     built = CollectiveColumns(dumps, {g: ids[g.key] for g in analysis.groups}, shared)
     built.add(list(analysis.checks))
     collectives = Table(Collective, built.columns)
-    collective_of, spans, offsets = built.collective_of, built.spans, built.offsets()
+    spans, offsets = built.spans, built.offsets()
 
     # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
     # ints as typed arrays and repeated values as codes: a few bytes per call, not pointers
@@ -119,7 +119,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
             collective_ids.append((entries.collective_seq_id, entries.kind, offset_of_kind))
         else:
             keys = zip(map(collective_group_of_kind.__getitem__, entries.kind), entries.collective_seq_id)
-            collective_ids.append((array("q", map(collective_of.get, keys, repeat(-1))), None, None))
+            collective_ids.append((array("q", map(built.collective_of.get, keys, repeat(-1))), None, None))
         call_column.extend(entries.kind, call_of_kind)
         ranks.extend(array("i", [rank]) * len(entries))
         # stack id -> traceback id + 1, padded so that stack id -1 (no frames) reads the last: 0,
