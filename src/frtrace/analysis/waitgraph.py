@@ -3,10 +3,12 @@ sink components hold the culprits."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import compress, repeat
-from operator import ne
+from operator import methodcaller, ne
 
 from . import size_rules
 from .align import ANY_SOURCE, by_number, global_rank, GroupView, P2POp, ranks_word, Track, unit_label, unit_state
@@ -196,6 +198,16 @@ class Blocker:
         return f"{self.entry.op or 'unnamed op'} #{self.seq} of {self.group.label}"
 
 
+@lru_cache(maxsize=256)
+def _other_byte(code: int) -> re.Pattern:
+    """A pattern matching any byte but `code` (at memchr-like speed, where a map over the states
+    took 60 us a 2,000-entry dump)."""
+    return re.compile(b"[^" + re.escape(bytes([code])) + b"]")
+
+
+_match_start = methodcaller("start")
+
+
 def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupView], table: GroupTable,
              tracking: bool) -> Blocker | None:
     def as_blocker(entry: Entry) -> Blocker | None:
@@ -222,7 +234,10 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
     columns = dump.entries
     if "completed" in columns.states:  # only entries in another state can block: found in C
         done = columns.states.index("completed")
-        candidates = compress(range(len(columns)), map(ne, columns.state, repeat(done)))
+        if isinstance(columns.state, bytes):  # one byte a state: a regular expression skips the completed ones
+            candidates = map(_match_start, _other_byte(done).finditer(columns.state))
+        else:
+            candidates = compress(range(len(columns)), map(ne, columns.state, repeat(done)))
     else:
         candidates = range(len(columns))
     for entry in map(columns.__getitem__, candidates):
