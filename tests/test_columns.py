@@ -336,6 +336,24 @@ def test_collective_ids_kept_as_seq_ids_plus_offsets_read_as_the_ids_they_stand_
     assert list(pickle.loads(pickle.dumps(ids))) == expected
 
 
+def test_a_column_kept_as_each_ranks_codes_and_values_reads_row_by_row():
+    from frtrace.database import BlockCodes
+
+    # rank A: one-byte kind codes; rank B: no calls; rank C: stack ids with -1 (no frames: the last
+    # value); rank D: codes past 255 as ints
+    blocks = [(bytes([1, 0, 1]), ["x", "y"]), (b"", ["z"]), (array("b", [0, -1, 0]), [7, None]),
+              (array("I", [300, 0]), ["w", *["v"] * 300])]
+    expected = ["y", "x", "y", 7, None, 7, "v", "w"]
+    column = BlockCodes(blocks)
+    assert len(column) == 8 and list(column) == expected
+    assert [column[i] for i in range(8)] == expected and [column[i] for i in range(-8, 0)] == expected
+    assert column[1:6] == expected[1:6] and column[::-3] == expected[::-3]
+    for outside in (8, -9):
+        with pytest.raises(IndexError):
+            column[outside]
+    assert list(pickle.loads(pickle.dumps(column))) == expected
+
+
 @pytest.mark.parametrize("seqs,cut", [((1, 1, 1, 2, 3, 3, 3), True), ((5, 5, 6, 6, 6), True),
                                       ((1, 1, 2, 1, 3), False), ((2, 2, 1, 1), True)],
                          ids=["coalesced-then-single", "from-5", "a-seq-comes-back", "going-down"])

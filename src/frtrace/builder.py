@@ -9,13 +9,12 @@ from __future__ import annotations
 import pickle
 from array import array
 from collections import Counter
-from collections.abc import Sequence
 from itertools import repeat
 from typing import IO
 
 from .outputs.collectives_table import CollectiveColumns
 from .database import (
-    CodedColumn,
+    BlockCodes,
     Collective,
     Database,
     Finding,
@@ -31,7 +30,7 @@ from .database import (
 )
 from .database import Group as GroupRow
 from .reading.groups import GroupTable
-from .types import Analysis, Dump, Group, recode
+from .types import Analysis, Dump, Group
 
 
 def frames_text(stack) -> str:
@@ -97,46 +96,46 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     collectives = Table(Collective, built.columns)
     spans, offsets = built.spans, built.offsets()
 
-    # one call per entry of every rank, built a rank at a time by C-level maps over its entries;
-    # ints as typed arrays and repeated values as codes: a few bytes per call, not pointers
-    call_codes: dict[tuple, int] = {}  # (group id, op, input sizes) -> code
-    collective_ids: list[tuple] = []  # OffsetIds' blocks, a rank's calls each
-    ranks = array("i")
-    call_column, traceback_column = _Codes(), _Codes()  # traceback: its id + 1, 0 for none
+    # one call per entry of every rank, kept a rank at a time as its own kind codes and stack ids
+    # with what each code reads as (BlockCodes, OffsetIds): nothing is made or copied per call
+    collective_ids: list[tuple] = []  # OffsetIds' blocks
+    group_blocks, op_blocks, size_blocks, rank_blocks, traceback_blocks = [], [], [], [], []
     group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
+    of_kinds: dict[tuple, tuple] = {}  # (rank's groups' ids, id of its kinds) -> their values: made once for ranks alike
+    call_count = 0
     for rank, dump in dumps.items():
         entries = dump.entries
         if not len(entries):
             continue
-        call_of_kind, collective_group_of_kind = [], []
-        for kind in entries.kinds:
-            group_id = group_id_of.get((rank, kind.pg_name), kind.pg_name)
-            call_of_kind.append(call_codes.setdefault((group_id, profiling_name(kind.backend, kind.op), kind.input_sizes),
-                                                      len(call_codes)))
-            collective_group_of_kind.append(None if kind.is_p2p else group_id)  # p2p entries find no collective: -1
+        group_of_kind = tuple(group_id_of.get((rank, kind.pg_name), kind.pg_name) for kind in entries.kinds)
+        made = of_kinds.get((group_of_kind, id(entries.kinds)))
+        if made is None:
+            made = of_kinds[(group_of_kind, id(entries.kinds))] = (
+                list(group_of_kind), [profiling_name(kind.backend, kind.op) for kind in entries.kinds],
+                [shared.shape_list(kind.input_sizes) for kind in entries.kinds], entries.kinds)
+        groups_read, ops_read, sizes_read, _ = made
         offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
         if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset: added when read
             collective_ids.append((entries.collective_seq_id, entries.kind, offset_of_kind))
         else:
+            collective_group_of_kind = [None if kind.is_p2p else group_id  # p2p entries find no collective: -1
+                                        for kind, group_id in zip(entries.kinds, group_of_kind)]
             keys = zip(map(collective_group_of_kind.__getitem__, entries.kind), entries.collective_seq_id)
             collective_ids.append((array("q", map(built.collective_of.get, keys, repeat(-1))), None, None))
-        call_column.extend(entries.kind, call_of_kind)
-        ranks.extend(array("i", [rank]) * len(entries))
-        # stack id -> traceback id + 1, padded so that stack id -1 (no frames) reads the last: 0,
-        # from a list or as byte 255 of a one-byte stack column
-        per_stack = [t + 1 for t in traceback_of[rank]]
-        per_stack += [0] * (255 - len(per_stack)) + [0]
-        stacks = entries.stack_id
-        traceback_column.extend(stacks.tobytes() if getattr(stacks, "typecode", "") == "b" else stacks, per_stack)
-    calls = list(call_codes)  # group, op and sizes share one code column: they follow from the kind
+        group_blocks.append((entries.kind, groups_read))
+        op_blocks.append((entries.kind, ops_read))
+        size_blocks.append((entries.kind, sizes_read))
+        rank_blocks.append((entries.kind, [rank] * len(entries.kinds)))
+        traceback_blocks.append((entries.stack_id, [*traceback_of[rank], -1]))  # stack id -1 (no frames) reads the last
+        call_count += len(entries)
     ncclcalls = Table(NCCLCall, [
-        range(len(ranks)),
+        range(call_count),
         OffsetIds(collective_ids),
-        CodedColumn(call_column.codes, [group_id for group_id, _, _ in calls]),
-        ranks,
-        CodedColumn(traceback_column.codes, [-1, *range(len(traceback_rows))]),
-        CodedColumn(call_column.codes, [op for _, op, _ in calls]),
-        CodedColumn(call_column.codes, [shared.shape_list(shapes) for _, _, shapes in calls]),
+        BlockCodes(group_blocks),
+        BlockCodes(rank_blocks),
+        BlockCodes(traceback_blocks),
+        BlockCodes(op_blocks),
+        BlockCodes(size_blocks),
     ])
 
     findings = Table.from_rows(Finding, (
@@ -145,22 +144,6 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         for i, f in enumerate(analysis.findings)
     ))
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
-
-
-class _Codes:
-    """Codes appended rank by rank: one byte each while every code fits (bytes.translate, in C),
-    then 4-byte ints."""
-
-    def __init__(self) -> None:
-        self.codes: bytearray | array = bytearray()
-
-    def extend(self, local: Sequence[int], mapping: list[int]) -> None:
-        """Append mapping[c] for each local code c."""
-        narrow = (isinstance(self.codes, bytearray) and isinstance(local, bytes) and len(mapping) <= 256
-                  and max(mapping, default=0) < 256)
-        if not narrow and isinstance(self.codes, bytearray):
-            self.codes = array("I", iter(self.codes))  # iter: the values, not the raw buffer
-        self.codes += recode(local, mapping, narrow)
 
 
 def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int] | None:

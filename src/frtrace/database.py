@@ -228,6 +228,43 @@ class OffsetIds(Sequence):
         return (OffsetIds, (self.blocks,))
 
 
+class BlockCodes(Sequence):
+    """A column kept a rank's calls at a time, as (codes, values) per block: each row reads
+    values[code]. The codes are a dump's own column (its kind codes or stack ids, shared, not
+    copied: several columns and OffsetIds hold the same object, which a pickle writes once), and
+    the values a short list per rank, so building one costs nothing per call; a code of -1 reads
+    the last value.
+
+    Recoding every call into one table-wide code column took 0.3 s at 4,096 ranks, and wrote 4
+    bytes a call where the codes of a whole set pass 256."""
+
+    __slots__ = ("blocks", "_starts")
+
+    def __init__(self, blocks: list[tuple]) -> None:
+        self.blocks = blocks
+        self._starts = list(accumulate((len(codes) for codes, _ in blocks), initial=0))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("column index out of range")
+        which = bisect_right(self._starts, index) - 1
+        codes, values = self.blocks[which]
+        return values[codes[index - self._starts[which]]]
+
+    def __iter__(self):
+        return chain.from_iterable(map(values.__getitem__, codes) for codes, values in self.blocks)
+
+    def __reduce__(self):
+        return (BlockCodes, (self.blocks,))
+
+
 class CodedColumn(Sequence):
     """A column of few distinct values stored as small integer codes: 2 to 4 bytes a row."""
 
