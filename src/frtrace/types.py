@@ -108,8 +108,18 @@ def _whole(column: Sequence) -> Sequence:
 _kind_fields = itemgetter(3, 4, 7, 8, 14, 9, 10, 11, 12)  # Entry -> Kind
 
 
-def int_column(values: Sequence) -> Sequence[int]:
-    """8 bytes a value in an array; the values as they are where one does not fit (None, huge)."""
+def int_column(values: Sequence, narrow: bool = True) -> Sequence[int]:
+    """4 bytes a value in an array where every value fits and `narrow` (record and seq ids: the
+    main process keeps one per entry of every rank, and the database its seq ids), else 8; the
+    values as they are where one does not fit (None, huge). The array checks each value as it
+    takes it, in C."""
+    if narrow:
+        try:
+            return array("i", values)
+        except OverflowError:
+            pass
+        except TypeError:
+            return tuple(values)
     try:
         return array("q", values)
     except (TypeError, OverflowError):
@@ -128,7 +138,7 @@ def time_column(values: Sequence) -> Sequence[int]:
     """Timestamps with 0 for "not recorded" (None too: JSON writes 0 for unset)."""
     if None in values:
         values = [v or 0 for v in values]
-    return int_column(values)
+    return int_column(values, narrow=False)  # nanoseconds since 1970 take 8 bytes: not tried in 4
 
 
 def code_column(values: Iterable[int], count: int) -> Sequence[int]:
