@@ -431,3 +431,14 @@ def test_collective_ids_follow_seq_ids_only_where_a_group_has_no_gap():
     assert built.offsets() == {whole: -1}  # ids 0-4 for seq ids 1-5; "2"'s #14 is id 8, not 9
     assert built.collective_of == {**{("1", s): s - 1 for s in range(1, 6)}, ("2", 10): 5, ("2", 11): 6, ("2", 12): 7,
                                    ("2", 14): 8}
+
+
+def test_ids_take_4_bytes_where_they_fit_and_keep_their_values_where_not():
+    from frtrace.types import int_column, time_column
+
+    assert int_column([1, 2, 2**31 - 1, -2**31]).itemsize == 4
+    for values in ([1, 2**31], [-2**31 - 1, 0], [2**63 - 1]):
+        column = int_column(values)
+        assert list(column) == values and column.itemsize == 8
+    assert int_column([1, 2**64]) == (1, 2**64) and int_column([1, None]) == (1, None)
+    assert list(time_column([None, 5, 1_795_000_000_110_300_000])) == [0, 5, 1_795_000_000_110_300_000]
