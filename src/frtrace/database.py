@@ -180,14 +180,9 @@ class OptionalIds(Sequence):
         return (OptionalIds, (self.values,))
 
 
-class OffsetIds(Sequence):
-    """Collective ids kept, a rank's calls at a time, as each call's seq id plus its kind's offset
-    (a block of (seq ids, kind codes, offset per kind)), or as ids in an array where a rank's calls
-    do not follow their seq ids (a block of (ids, None, None)); -1 reads as None, as OptionalIds.
-
-    Adding them up when the database is built took a C-level map per call, a second at 4096
-    ranks; a reader pays it for the ids it reads. The seq ids and kind codes are the dumps' own
-    columns, shared, not copied."""
+class _Blocks(Sequence):
+    """A column kept as blocks, a rank's calls each (the first item of a block holds one value per
+    call); a row is found by bisecting where the blocks start."""
 
     __slots__ = ("blocks", "_starts")
 
@@ -197,6 +192,34 @@ class OffsetIds(Sequence):
 
     def __len__(self) -> int:
         return self._starts[-1]
+
+    def _read(self, block: tuple, at: int):
+        raise NotImplementedError
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"{type(self).__name__} index out of range")
+        which = bisect_right(self._starts, index) - 1
+        return self._read(self.blocks[which], index - self._starts[which])
+
+    def __reduce__(self):
+        return (type(self), (self.blocks,))
+
+
+class OffsetIds(_Blocks):
+    """Collective ids kept, a rank's calls at a time, as each call's seq id plus its kind's offset
+    (a block of (seq ids, kind codes, offset per kind)), or as ids in an array where a rank's calls
+    do not follow their seq ids (a block of (ids, None, None)); -1 reads as None, as OptionalIds.
+
+    Adding them up when the database is built took a C-level map per call, a second at 4096
+    ranks; a reader pays it for the ids it reads. The seq ids and kind codes are the dumps' own
+    columns, shared, not copied."""
+
+    __slots__ = ()
 
     def _raw(self) -> Iterable[int]:
         """Every id in row order, -1 for none: each block's seq ids plus offsets, or its ids."""
@@ -208,27 +231,16 @@ class OffsetIds(Sequence):
         """Every id, -1 for none, in one array (what OptionalIds holds)."""
         return array("q", self._raw())
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("collective id index out of range")
-        which = bisect_right(self._starts, index) - 1
-        numbers, kinds, offsets = self.blocks[which]
-        at = index - self._starts[which]
+    def _read(self, block: tuple, at: int):
+        numbers, kinds, offsets = block
         value = numbers[at] if kinds is None else numbers[at] + offsets[kinds[at]]
         return None if value < 0 else value
 
     def __iter__(self):
         return (None if v < 0 else v for v in self._raw())
 
-    def __reduce__(self):
-        return (OffsetIds, (self.blocks,))
 
-
-class BlockCodes(Sequence):
+class BlockCodes(_Blocks):
     """A column kept a rank's calls at a time, as (codes, values) per block: each row reads
     values[code]. The codes are a dump's own column (its kind codes or stack ids, shared, not
     copied: several columns and OffsetIds hold the same object, which a pickle writes once), and
@@ -238,31 +250,14 @@ class BlockCodes(Sequence):
     Recoding every call into one table-wide code column took 0.3 s at 4,096 ranks, and wrote 4
     bytes a call where the codes of a whole set pass 256."""
 
-    __slots__ = ("blocks", "_starts")
+    __slots__ = ()
 
-    def __init__(self, blocks: list[tuple]) -> None:
-        self.blocks = blocks
-        self._starts = list(accumulate((len(codes) for codes, _ in blocks), initial=0))
-
-    def __len__(self) -> int:
-        return self._starts[-1]
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("column index out of range")
-        which = bisect_right(self._starts, index) - 1
-        codes, values = self.blocks[which]
-        return values[codes[index - self._starts[which]]]
+    def _read(self, block: tuple, at: int):
+        codes, values = block
+        return values[codes[at]]
 
     def __iter__(self):
         return chain.from_iterable(map(values.__getitem__, codes) for codes, values in self.blocks)
-
-    def __reduce__(self):
-        return (BlockCodes, (self.blocks,))
 
 
 class CodedColumn(Sequence):
