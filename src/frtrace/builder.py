@@ -30,7 +30,7 @@ from .database import (
 )
 from .database import Group as GroupRow
 from .reading.groups import GroupTable
-from .types import Analysis, Dump, Group
+from .types import Analysis, Dump, Group, once_per_object
 
 
 def frames_text(stack) -> str:
@@ -81,15 +81,10 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     memberships = Table.from_rows(Membership, (Membership(guids[g.key], r) for g in analysis.groups for r in g.ranks))
 
     traceback_rows: list[Traceback] = []
-    traceback_of: dict[int, tuple[int, ...]] = {}  # rank -> traceback id per stack id
     by_text: dict[str, int] = {}
-    of_stacks: dict[int, tuple[int, ...]] = {}  # ranks share their stacks' tuples (wire.Unpacker): each made text once
-    for rank, dump in dumps.items():
-        per_stack = of_stacks.get(id(dump.stacks))
-        if per_stack is None:
-            per_stack = of_stacks[id(dump.stacks)] = tuple(_traceback_id(frames_text(stack), by_text, traceback_rows)
-                                                           for stack in dump.stacks)
-        traceback_of[rank] = per_stack
+    traceback_of = once_per_object(  # rank -> traceback id per stack id, each shared tuple of stacks made text once
+        {rank: dump.stacks for rank, dump in dumps.items()},
+        lambda stacks: tuple(_traceback_id(frames_text(stack), by_text, traceback_rows) for stack in stacks))
 
     built = CollectiveColumns(dumps, {g: ids[g.key] for g in analysis.groups}, shared)
     built.add(list(analysis.checks))

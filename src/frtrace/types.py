@@ -190,6 +190,19 @@ def _widened(local: bytes, tables: tuple[bytes | None, ...]) -> array:
     return wide
 
 
+def once_per_object(values_of: dict[Any, Any], make: Callable[[Any], Any]) -> dict[Any, Any]:
+    """Key -> make(its value), made once for each value object that keys share: ranks share
+    their kinds', states' and stacks' tuples (wire.Unpacker), and thousands of ranks hold a few."""
+    made: dict[int, Any] = {}
+    found_of = {}
+    for key, value in values_of.items():
+        found = made.get(id(value))
+        if found is None:
+            found = made[id(value)] = make(value)
+        found_of[key] = found
+    return found_of
+
+
 def float_column(values: Sequence) -> Sequence[float]:
     """Floats in an array, NaN for None."""
     if None in values:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from . import size_rules
 from ..reading import runs
 from ..reading.groups import GroupTable
-from ..types import Dump, Entry, EntryColumns, Group, Kind, recode, translation_table, wide_tables
+from ..types import Dump, Entry, EntryColumns, Group, Kind, once_per_object, recode, translation_table, wide_tables
 
 _P2P_NAME = re.compile(r"^(send|recv)\s*(\d+)\s*(->|<-)\s*(\d+)")
 _RECV_ANY = re.compile(r"^recv\s*(\d+)\s*<-\s*\?")
@@ -216,14 +216,7 @@ class Codes:
 def _maps(values_of: dict[int, tuple], ids: dict) -> dict[int, list[int]]:
     """Rank -> its local codes' global ones (new values numbered in `ids`), made once for each
     tuple that ranks share."""
-    made: dict[int, list[int]] = {}
-    maps = {}
-    for rank, values in values_of.items():
-        found = made.get(id(values))
-        if found is None:
-            found = made[id(values)] = [ids.setdefault(v, len(ids)) for v in values]
-        maps[rank] = found
-    return maps
+    return once_per_object(values_of, lambda values: [ids.setdefault(v, len(ids)) for v in values])
 
 
 def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Group, Track], list[str]]:

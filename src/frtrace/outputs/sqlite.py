@@ -16,7 +16,7 @@ from itertools import chain, islice, repeat
 from ..builder import frames_text, group_ids
 from ..reading.groups import GroupTable
 from ..database import Database, profiling_name
-from ..types import Dump
+from ..types import Dump, once_per_object
 
 _ZERO_TO_NONE = {0: None}  # .get(v, v): None for 0 (a time not recorded), v otherwise, in C
 _NEGATIVE_TO_NONE = {-1: None}  # .get(v, v): None for -1 (no id), v otherwise
@@ -154,11 +154,10 @@ def write_sqlite(db: Database, dumps: dict[int, Dump], table: GroupTable, path: 
             collective_ids = db.ncclcalls.column("collective_id")
             collective_ids = _none_for(getattr(collective_ids, "values", collective_ids), _NEGATIVE_TO_NONE)  # OptionalIds
             calls = 0
-            of_stacks: dict[int, dict[int, int]] = {}  # ranks share their stacks' tuples (wire.Unpacker): each made text once
+            tracebacks_of = once_per_object({rank: dump.stacks for rank, dump in dumps.items()},  # each shared tuple made text once
+                                            lambda stacks: {i: by_text[frames_text(s)] for i, s in enumerate(stacks)})
             for rank, dump in dumps.items():
-                tracebacks = of_stacks.get(id(dump.stacks))
-                if tracebacks is None:
-                    tracebacks = of_stacks[id(dump.stacks)] = {i: by_text[frames_text(s)] for i, s in enumerate(dump.stacks)}
+                tracebacks = tracebacks_of[rank]
                 count = len(dump.entries)
                 _insert_rows(connection, "entry_rows", 15, _entry_rows(rank, dump, table, ids, kind_ids, tracebacks,
                                                                       range(calls, calls + count), islice(collective_ids, count)))
