@@ -162,10 +162,10 @@ def test_more_than_256_kinds_in_all_with_fewer_in_each_rank_are_widened_from_byt
 def test_codes_widened_from_bytes_read_as_the_map_gives_them():
     for mapping in ([5, 300, 2**32 - 1, 0, 70_000, 2**24 + 3], list(range(256)), [2**31 + i for i in range(256)]):
         local = bytes(range(len(mapping))) * 3
-        assert recode(local, mapping, False) == array("I", [mapping[c] for c in local])
-        assert recode(array("I", list(local)), mapping, False) == recode(local, mapping, False)  # codes held as ints
-    assert recode(b"", [300], False) == array("I")
-    assert recode(array("I", [0, 299]), list(range(1000, 1300)), False) == array("I", [1000, 1299])  # past 256 local codes
+        assert recode(local, mapping) == array("I", [mapping[c] for c in local])
+        assert recode(array("I", list(local)), mapping) == recode(local, mapping)  # codes held as ints
+    assert recode(b"", [300]) == array("I")
+    assert recode(array("I", [0, 299]), list(range(1000, 1300))) == array("I", [1000, 1299])  # past 256 local codes
 
 
 @pytest.mark.parametrize("later", [entry(seq=2, op="send 0->1", backend="nccl", is_p2p=True, p2p_seq=1),

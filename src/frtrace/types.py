@@ -147,12 +147,10 @@ def code_column(values: Iterable[int], count: int) -> Sequence[int]:
     return bytes(iter(values)) if count <= 256 else array("I", values)  # iter: not an array's raw buffer
 
 
-def recode(local: Sequence[int], mapping: list[int], as_bytes: bool, tables: tuple | None = None) -> Sequence[int]:
-    """mapping[c] for each code c of `local`: bytes, by bytes.translate in C, when `as_bytes` (then
-    `local` is bytes and every mapped code is below 256), else an array of 4-byte ints (from bytes
-    by four translations, `tables` being wide_tables(mapping) where the caller keeps them)."""
-    if as_bytes:
-        return local.translate(translation_table(mapping))
+def recode(local: Sequence[int], mapping: list[int], tables: tuple | None = None) -> array:
+    """mapping[c] for each code c of `local`, as 4-byte ints: from one-byte codes by four
+    translations (`tables` being wide_tables(mapping) where the caller keeps them). Codes that
+    all fit in a byte are mapped by `local.translate(translation_table(mapping))` instead."""
     if isinstance(local, bytes) and len(mapping) <= 256 and _LITTLE_ENDIAN_INTS:
         return _widened(local, tables or wide_tables(mapping))
     return array("I", map(mapping.__getitem__, local))

@@ -206,11 +206,12 @@ class Codes:
         return self._recoded(local, self._state_maps[rank], self._narrow[1])
 
     def _recoded(self, local: Sequence[int], mapping: list[int], narrow: bool) -> Sequence[int]:
-        """recode, with each shared map's translation table made once (maps live as long as self)."""
+        """The local codes mapped: by one translation where every code fits in a byte, else by
+        recode; each shared map's tables made once (maps live as long as self)."""
         tables = self._tables.get(id(mapping))
         if tables is None:
             tables = self._tables[id(mapping)] = (translation_table(mapping),) if narrow else wide_tables(mapping)
-        return local.translate(tables[0]) if narrow else recode(local, mapping, False, tables)
+        return local.translate(tables[0]) if narrow else recode(local, mapping, tables)
 
 
 def _maps(values_of: dict[int, tuple], ids: dict) -> dict[int, list[int]]:
