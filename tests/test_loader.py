@@ -656,6 +656,47 @@ def test_entries_with_more_tensors_than_a_dump_holds_go_to_the_careful_path():
     assert len(careful) == 100 and careful[99].input_sizes == ((103,),) * 20
 
 
+def test_kinds_found_by_comparing_entries_with_the_step_before_are_those_read_entry_by_entry():
+    # a step of three ops repeated, some entries unlike the one a step before: a kind first met
+    # late, met again, and an entry back to the step's op after one that was not
+    from frtrace.reading import fastpath
+
+    plan = [("all_reduce", 4), ("all_gather", 8), ("broadcast", 2)] * 7
+    plan[7] = plan[16] = ("all_reduce", 16)
+    plan[11] = ("reduce_scatter", 4)
+    raw = make_dump([entry(seq=s, op=op, sizes=((n,),)) for s, (op, n) in enumerate(plan, 1)])
+    columns = fastpath.fast_columns(raw["entries"], 0, {})
+    distinct = list(dict.fromkeys(plan))
+    assert [(k.op, k.input_sizes[0][0]) for k in columns.kinds] == distinct
+    assert list(columns.kind) == [distinct.index(p) for p in plan]
+
+
+@pytest.mark.parametrize("number", [4.0, True], ids=["a-float", "a-bool"])
+def test_sizes_equal_to_the_step_before_s_but_not_ints_go_to_the_careful_path(number):
+    # each entry is compared (==) with the one a step before: 4.0 == 4 and True == 1, yet the
+    # careful path takes neither for a dimension
+    from frtrace.reading import fastpath
+
+    usual = 4 if number == 4.0 else 1
+    entries = [entry(seq=s, op=("all_reduce", "broadcast")[s % 2], sizes=((usual,),)) for s in range(1, 21)]
+    entries[13] = entry(seq=14, op="all_reduce", sizes=((number,),))
+    assert fastpath.fast_columns(make_dump(entries)["entries"], 0, {}) is None
+    assert fastpath.fast_columns(make_dump(entries[:13] + entries[14:])["entries"], 0, {}) is not None
+
+
+def test_entries_sharing_one_list_of_many_tensors_go_to_the_careful_path_unwalked():
+    # equal by sharing the list, so compared at no cost: 2,000 entries of 6,000 tensors in and out
+    # (one kind within the room a dump's kinds have) are counted first and declined, not walked
+    # number by number (24 million of them)
+    from frtrace.reading import fastpath
+
+    shared = [[4]] * 6_000
+    raw = make_dump([entry(seq=s) for s in range(1, 2001)])
+    for item in raw["entries"]:
+        item["input_sizes"] = item["output_sizes"] = shared
+    assert fastpath.fast_columns(raw["entries"], 0, {}) is None
+
+
 def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
     for rank in range(18):
         write_dumps(tmp_path, {rank: make_dump(ops(4, sizes=((rank + 1,),)))})

@@ -129,28 +129,94 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
                time_column(created), time_column(started), time_column(completed), float_column(durations)]
     if not all(isinstance(column, array) for column in numbers) or inf in numbers[-1] or -inf in numbers[-1]:
         return None  # over 64 bits, or an infinite duration: the careful path drops the field
-    keys = _keys(zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out), _KEY_BYTES * len(raw_entries))
-    if keys is None:  # one bytes key per entry for what makes its kind: past the budget, or not plain data
+    found = _kind_codes(list(zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)), sizes_in + sizes_out)
+    if found is None:
+        return None
+    kinds, kind_codes = found
+    state_of = {state: number for number, state in enumerate(dict.fromkeys(states))}
+    stack_ids = _fast_stacks(frames, kind_codes, stacks)
+    if stack_ids is None:
+        return None
+    return EntryColumns(
+        rank, kinds, kind_codes,
+        tuple(map(clean_text, state_of)), code_column(map(state_of.__getitem__, states), len(state_of)),
+        *numbers, stack_ids,
+    )
+
+
+def _kind_codes(rows: list[tuple], sizes: tuple) -> tuple[tuple[Kind, ...], Sequence[int]] | None:
+    """The kinds of entries whose rows (group, name, is_p2p, sizes and dtypes in and out) are
+    `rows`, numbered in order of first appearance, and each entry's code; None where a value is
+    not what a dump holds (see _kind) or the keys pass their budget. `sizes`: every row's sizes in,
+    then every row's sizes out.
+
+    A training step repeats the ops of the step before: each row is compared (==, in C) with the
+    row `step` places earlier, `step` being how far back the last row's equal is, and only the
+    rows that differ (and the first step's) are marshalled and read; the others take the code of
+    the row they equal, whose kind's first row was read. Equal rows hold equal strings and bools,
+    but sizes equal only as numbers (1 == 1.0 == True, and the careful path takes ints only):
+    the types of every row's numbers are checked in one pass, where the rows hold few enough
+    tensors (counted first: rows that share one list are equal without a walk through it)."""
+    count = len(rows)
+    read: Sequence[int] = range(count)
+    same = b""
+    step = _step(rows)
+    if step and _tensors(sizes) <= _PER_ENTRY * count + 64:
+        try:
+            same = bytes(map(eq, rows[step:], rows))  # same[i]: row i + step equals row i
+        except RecursionError:  # deeper than a comparison goes: marshal decides (it goes deeper, then refuses)
+            same = b""
+        if same.count(1) > count // 2:  # else the rows do not repeat at that distance: each is read
+            read = [*range(step), *compress(range(step, count), map(not_, same))]
+        else:
+            same = b""
+    keys = _keys(map(rows.__getitem__, read), _KEY_BYTES * count)
+    if keys is None:  # one bytes key per row read: past the budget, or not plain data
         return None
     code_of = dict.fromkeys(keys)
     # two keys can make one kind: a list and a tuple, "float" and "Float", a value shared or not
     kinds: dict[Kind, int] = {}
-    room = [_PER_ENTRY * len(raw_entries) + 64]  # tensors and dtypes the distinct kinds may still hold
+    room = [_PER_ENTRY * count + 64]  # tensors and dtypes the distinct kinds may still hold
     for key in code_of:
         kind = _kind(*marshal.loads(key), room)
         if kind is None:
             return None
         code_of[key] = kinds.setdefault(kind, len(kinds))
-    state_of = {state: number for number, state in enumerate(dict.fromkeys(states))}
-    kind_codes = code_column(map(code_of.__getitem__, keys), len(kinds))
-    stack_ids = _fast_stacks(frames, kind_codes, stacks)
-    if stack_ids is None:
+    if not same:
+        return tuple(kinds), code_column(map(code_of.__getitem__, keys), len(kinds))
+    # every shape is one read or equal to one (at most MAX_DIMS numbers): their numbers must be ints
+    if not set(map(type, chain.from_iterable(chain.from_iterable(sizes)))) <= _INT:
         return None
-    return EntryColumns(
-        rank, tuple(kinds), kind_codes,
-        tuple(map(clean_text, state_of)), code_column(map(state_of.__getitem__, states), len(state_of)),
-        *numbers, stack_ids,
-    )
+    equal = list(compress(range(step, count), same))
+    if len(equal) == count - step:  # the first step's codes, repeated
+        codes = list(map(code_of.__getitem__, keys)) * (count // step + 1)
+        return tuple(kinds), code_column(codes[:count], len(kinds))
+    codes = [0] * count
+    for position, key in zip(read, keys):
+        codes[position] = code_of[key]
+    for position in equal:  # in order: the row `step` places earlier has its code already
+        codes[position] = codes[position - step]
+    return tuple(kinds), code_column(codes, len(kinds))
+
+
+_MAX_STEP = 1024  # rows in a training step, at most, that kinds are compared across
+
+
+def _tensors(sizes: tuple) -> float:
+    """How many tensors lists of sizes hold; infinite where one is not a list."""
+    try:
+        return sum(map(len, sizes))
+    except TypeError:
+        return inf
+
+
+def _step(rows: list[tuple]) -> int:
+    """How many rows back the last row's equal is (a training step's length where the buffer
+    repeats one step); 0 where there is none within _MAX_STEP rows."""
+    try:
+        return rows[-2::-1].index(rows[-1], 0, _MAX_STEP) + 1
+    except (ValueError, RecursionError):
+        return 0
 
 
 def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dtypes_in: Any, dtypes_out: Any,
