@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress, groupby, islice, repeat
-from operator import ne
+from operator import itemgetter, ne
 from typing import NamedTuple
 
 from . import size_rules
@@ -140,6 +140,12 @@ class Track:
             return self.unit_kinds.get(seq)
         at = self._offset(seq)
         return None if at is None else (self.kinds[at],)
+
+    def unit_end_states(self) -> dict[int, str]:
+        """seq id -> its unit's state (its last entry's), for a track of units."""
+        entries = self.entries
+        lasts = map(entries.state.__getitem__, map(itemgetter(-1), self.units.values()))
+        return dict(zip(self.units, map(entries.states.__getitem__, lasts)))
 
     def end_state(self, seq: int, codes: "Codes") -> str | None:
         """The state of #seq's unit (its last entry's: a coalesced group's terminator carries it)."""
@@ -396,6 +402,12 @@ class GroupView:
         self._last_values = [last for last, _ in self._lasts]
         self._collective = [(r, t) for r, t in tracks.items() if t.first_seq is not None]
         self._fine_codes: dict[int, bool] = {}
+        # where every issuer's track is one of units (a coalesced group): their seq id -> kind codes
+        # and seq id -> end state dicts, looked up for all of them at once by a C-level map
+        self._unit_kinds: list[dict] | None = None
+        self._unit_states: list[dict] | None = None
+        if self._collective and all(t.units is not None for _, t in self._collective):
+            self._unit_kinds = [t.unit_kinds for _, t in self._collective]
         self._compare_columns()
 
     def _compare_columns(self) -> None:
@@ -483,6 +495,10 @@ class GroupView:
         size rule by itself (nor an all_to_all, whose sizes add up across the group): what
         `agreed` says of a single entry, said of units of several (coalesced groups) from their
         kind codes, so that no entry is built. False where the check entry by entry must look."""
+        if self._unit_kinds is not None:
+            held = set(map(dict.get, self._unit_kinds, repeat(seq)))
+            held.discard(None)
+            return len(held) == 1 and all(map(self._fine, held.pop()))
         found = None
         for _, track in self._collective:
             kinds = track.kinds_at(seq)
@@ -512,6 +528,12 @@ class GroupView:
 
     def end_states(self, seq: int) -> set[str]:
         """The states #seq's issuers hold it in (a unit's state is its last entry's)."""
+        if self._unit_kinds is not None:
+            if self._unit_states is None:
+                self._unit_states = [track.unit_end_states() for _, track in self._collective]
+            held = set(map(dict.get, self._unit_states, repeat(seq)))
+            held.discard(None)
+            return held
         return {state for _, track in self._collective if (state := track.end_state(seq, self.codes)) is not None}
 
     def unit(self, seq: int, rank: int) -> UnitEntries | None:
