@@ -671,6 +671,20 @@ def test_kinds_found_by_comparing_entries_with_the_step_before_are_those_read_en
     assert list(columns.kind) == [distinct.index(p) for p in plan]
 
 
+def test_kinds_of_entries_after_a_step_cut_short_are_those_read_entry_by_entry():
+    # an extra op mid-buffer shifts every step after it: those entries differ from their
+    # counterparts in the first step, and equal theirs in the last
+    from frtrace.reading import fastpath
+
+    step = [("all_reduce", 4), ("all_gather", 8), ("broadcast", 2)]
+    plan = step * 4 + [("barrier", 1)] + step * 4 + step[:2]
+    raw = make_dump([entry(seq=s, op=op, sizes=((n,),)) for s, (op, n) in enumerate(plan, 1)])
+    columns = fastpath.fast_columns(raw["entries"], 0, {})
+    distinct = list(dict.fromkeys(plan))
+    assert [(k.op, k.input_sizes[0][0]) for k in columns.kinds] == distinct
+    assert list(columns.kind) == [distinct.index(p) for p in plan]
+
+
 @pytest.mark.parametrize("number", [4.0, True], ids=["a-float", "a-bool"])
 def test_sizes_equal_to_the_step_before_s_but_not_ints_go_to_the_careful_path(number):
     # each entry is compared (==) with the one a step before: 4.0 == 4 and True == 1, yet the
@@ -695,6 +709,25 @@ def test_entries_sharing_one_list_of_many_tensors_go_to_the_careful_path_unwalke
     for item in raw["entries"]:
         item["input_sizes"] = item["output_sizes"] = shared
     assert fastpath.fast_columns(raw["entries"], 0, {}) is None
+
+
+def test_entries_are_compared_only_as_far_as_an_entry_read_goes():
+    # two equal values, each its own objects, nested past any depth a comparison can walk: entries
+    # holding one or the other are compared only with entries read (whose sizes are shallow), so
+    # no comparison walks them; compared with each other they would raise RecursionError
+    from frtrace.reading import fastpath
+
+    def deep() -> list:
+        value: list = [4]
+        for _ in range(5000):
+            value = [value]
+        return [value]
+
+    one, other = deep(), deep()
+    raw = make_dump([entry(seq=s) for s in range(1, 2001)])
+    for index in range(500, 1500):  # the first and last entries as usual: the step is found, they are read
+        raw["entries"][index]["input_sizes"] = raw["entries"][index]["output_sizes"] = one if index % 2 else other
+    assert fastpath.fast_columns(raw["entries"], 0, {}) is None  # marshal refuses them: the careful path decides
 
 
 def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):

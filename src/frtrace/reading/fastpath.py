@@ -129,7 +129,7 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
                time_column(created), time_column(started), time_column(completed), float_column(durations)]
     if not all(isinstance(column, array) for column in numbers) or inf in numbers[-1] or -inf in numbers[-1]:
         return None  # over 64 bits, or an infinite duration: the careful path drops the field
-    found = _kind_codes(list(zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)), sizes_in + sizes_out)
+    found = _kind_codes(list(zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)))
     if found is None:
         return None
     kinds, kind_codes = found
@@ -144,78 +144,118 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     )
 
 
-def _kind_codes(rows: list[tuple], sizes: tuple) -> tuple[tuple[Kind, ...], Sequence[int]] | None:
+def _kind_codes(rows: list[tuple]) -> tuple[tuple[Kind, ...], Sequence[int]] | None:
     """The kinds of entries whose rows (group, name, is_p2p, sizes and dtypes in and out) are
     `rows`, numbered in order of first appearance, and each entry's code; None where a value is
-    not what a dump holds (see _kind) or the keys pass their budget. `sizes`: every row's sizes in,
-    then every row's sizes out.
+    not what a dump holds (see _kind) or the keys pass their budget.
 
-    A training step repeats the ops of the step before: each row is compared (==, in C) with the
-    row `step` places earlier, `step` being how far back the last row's equal is, and only the
-    rows that differ (and the first step's) are marshalled and read; the others take the code of
-    the row they equal, whose kind's first row was read. Equal rows hold equal strings and bools,
-    but sizes equal only as numbers (1 == 1.0 == True, and the careful path takes ints only):
-    the types of every row's numbers are checked in one pass, where the rows hold few enough
-    tensors (counted first: rows that share one list are equal without a walk through it)."""
+    A training step repeats the ops of the step before. The last row is read first, and `step`
+    is how far back its equal is; the first step's rows and the last step's are read, and every
+    other row is compared (==, in C) with its counterpart in the first step, then, where it
+    differs, in the last (a step cut short mid-buffer shifts the rows after it). Only the rows
+    equal to neither are marshalled and read. Rows are compared only with rows read, of a bounded
+    weight: a comparison stops where the read row ends, so a row of a huge or deeply shared value
+    costs no more than a small one. Equal rows hold equal strings and bools, but sizes equal only
+    as numbers (1 == 1.0 == True, and the careful path takes ints only): the numbers of the rows
+    taken by comparison are checked to be ints in one pass."""
     count = len(rows)
-    read: Sequence[int] = range(count)
-    same = b""
-    step = _step(rows)
-    if step and _tensors(sizes) <= _PER_ENTRY * count + 64:
-        try:
-            same = bytes(map(eq, rows[step:], rows))  # same[i]: row i + step equals row i
-        except RecursionError:  # deeper than a comparison goes: marshal decides (it goes deeper, then refuses)
-            same = b""
-        if same.count(1) > count // 2:  # else the rows do not repeat at that distance: each is read
-            read = [*range(step), *compress(range(step, count), map(not_, same))]
-        else:
-            same = b""
-    keys = _keys(map(rows.__getitem__, read), _KEY_BYTES * count)
-    if keys is None:  # one bytes key per row read: past the budget, or not plain data
+    reader = _RowReader(rows, _KEY_BYTES * count, _PER_ENTRY * count + 64)
+    last = reader.codes([count - 1])
+    if last is None:
         return None
-    code_of = dict.fromkeys(keys)
-    # two keys can make one kind: a list and a tuple, "float" and "Float", a value shared or not
-    kinds: dict[Kind, int] = {}
-    room = [_PER_ENTRY * count + 64]  # tensors and dtypes the distinct kinds may still hold
-    for key in code_of:
-        kind = _kind(*marshal.loads(key), room)
-        if kind is None:
+    step = _step(rows) if reader.light(last) else 0
+    firsts = lasts = None
+    if step and 2 * step <= count:
+        firsts, lasts = reader.codes(range(step)), reader.codes(range(count - step, count))
+        if firsts is None or lasts is None:
             return None
-        code_of[key] = kinds.setdefault(kind, len(kinds))
-    if not same:
-        return tuple(kinds), code_column(map(code_of.__getitem__, keys), len(kinds))
-    # every shape is one read or equal to one (at most MAX_DIMS numbers): their numbers must be ints
-    if not set(map(type, chain.from_iterable(chain.from_iterable(sizes)))) <= _INT:
-        return None
-    equal = list(compress(range(step, count), same))
-    if len(equal) == count - step:  # the first step's codes, repeated
-        codes = list(map(code_of.__getitem__, keys)) * (count // step + 1)
-        return tuple(kinds), code_column(codes[:count], len(kinds))
-    codes = [0] * count
-    for position, key in zip(read, keys):
-        codes[position] = code_of[key]
-    for position in equal:  # in order: the row `step` places earlier has its code already
-        codes[position] = codes[position - step]
+    if firsts is None or not (reader.light(firsts) and reader.light(lasts)):  # no step to compare across: each row is read
+        codes = reader.codes(range(count))
+        return None if codes is None else _numbered(reader.kinds, codes)
+    codes = (firsts * (count // step + 1))[:count]  # each row's, where it equals its counterpart in the first step
+    same = bytes(map(eq, rows[step:], rows[:step] * (count // step)))  # rows past the first step, in order
+    taken = [*compress(range(step, count), same)]
+    apart = [*compress(range(step, count), map(not_, same))]
+    if apart:
+        ends = rows[count - step:]
+        at_end = [(position - count) % step for position in apart]  # counterparts in the last step
+        again = bytes(map(eq, map(rows.__getitem__, apart), map(ends.__getitem__, at_end)))
+        for position, end, equal in zip(apart, at_end, again):
+            if equal:
+                codes[position] = lasts[end]
+                taken.append(position)
+        rest = [position for position, equal in zip(apart, again) if not equal]
+        if rest:
+            own = reader.codes(rest)
+            if own is None:
+                return None
+            for position, code in zip(rest, own):
+                codes[position] = code
+    shapes = chain.from_iterable(chain.from_iterable(map(_sizes_of, map(rows.__getitem__, taken))))
+    if not set(map(type, chain.from_iterable(shapes))) <= _INT:
+        return None  # a shape equal to one read (at most MAX_DIMS numbers each), but not of ints
+    return _numbered(reader.kinds, codes)
+
+
+def _numbered(kinds: list[Kind], codes: list[int]) -> tuple[tuple[Kind, ...], Sequence[int]]:
+    """The kinds in order of their first entry, and the codes numbered so (they were numbered
+    as read: the last row first)."""
+    order = list(dict.fromkeys(codes))
+    if order != list(range(len(order))):
+        number = {code: new for new, code in enumerate(order)}
+        kinds = [kinds[code] for code in order]
+        codes = list(map(number.__getitem__, codes))
     return tuple(kinds), code_column(codes, len(kinds))
 
 
 _MAX_STEP = 1024  # rows in a training step, at most, that kinds are compared across
+_MAX_WEIGHT = 256  # tensors, dimensions and dtypes that a row compared with others may hold
+_sizes_of = itemgetter(3, 4)  # a row's sizes in and out
 
 
-def _tensors(sizes: tuple) -> float:
-    """How many tensors lists of sizes hold; infinite where one is not a list."""
-    try:
-        return sum(map(len, sizes))
-    except TypeError:
-        return inf
+class _RowReader:
+    """Rows read by their marshalled keys, each distinct key checked once (_kind), within one
+    budget of key bytes and one of tensors and dtypes for the whole dump."""
+
+    def __init__(self, rows: list[tuple], budget: int, room: int) -> None:
+        self.rows = rows
+        self.budget = budget
+        self.room = [room]
+        self.code_of: dict[bytes, int] = {}
+        self.kinds: list[Kind] = []
+        self._number: dict[Kind, int] = {}
+
+    def codes(self, positions: Sequence[int]) -> list[int] | None:
+        """The kind codes of the rows at `positions`; None where one is not what a dump holds."""
+        keys = _keys(map(self.rows.__getitem__, positions), self.budget)
+        if keys is None:
+            return None
+        self.budget -= sum(map(len, keys))
+        for key in dict.fromkeys(keys):
+            if key not in self.code_of:
+                kind = _kind(*marshal.loads(key), self.room)
+                if kind is None:
+                    return None
+                code = self._number.setdefault(kind, len(self.kinds))
+                if code == len(self.kinds):
+                    self.kinds.append(kind)
+                self.code_of[key] = code
+        return list(map(self.code_of.__getitem__, keys))
+
+    def light(self, codes: list[int]) -> bool:
+        """Whether rows of these codes are each light enough to compare other rows with."""
+        return all(len(kind.input_sizes) + len(kind.output_sizes) + sum(map(len, kind.input_sizes))
+                   + sum(map(len, kind.output_sizes)) + len(kind.input_dtypes) + len(kind.output_dtypes) <= _MAX_WEIGHT
+                   for kind in map(self.kinds.__getitem__, set(codes)))
 
 
 def _step(rows: list[tuple]) -> int:
     """How many rows back the last row's equal is (a training step's length where the buffer
-    repeats one step); 0 where there is none within _MAX_STEP rows."""
+    repeats one step); 0 where there is none within _MAX_STEP rows. The last row is one read and
+    light: each comparison stops where it ends."""
     try:
         return rows[-2::-1].index(rows[-1], 0, _MAX_STEP) + 1
-    except (ValueError, RecursionError):
+    except ValueError:
         return 0
 
 
