@@ -170,8 +170,8 @@ def _kind_codes(rows: list[tuple]) -> tuple[tuple[Kind, ...], Sequence[int]] | N
         if firsts is None or lasts is None:
             return None
     if firsts is None or not (reader.light(firsts) and reader.light(lasts)):  # no step to compare across: each row is read
-        codes = reader.codes(range(count))
-        return None if codes is None else _numbered(reader.kinds, codes)
+        others = reader.codes(range(count - 1))
+        return None if others is None else _numbered(list(reader.kinds), others + last)
     codes = (firsts * (count // step + 1))[:count]  # each row's, where it equals its counterpart in the first step
     same = bytes(map(eq, rows[step:], rows[:step] * (count // step)))  # rows past the first step, in order
     taken = [*compress(range(step, count), same)]
@@ -194,7 +194,7 @@ def _kind_codes(rows: list[tuple]) -> tuple[tuple[Kind, ...], Sequence[int]] | N
     shapes = chain.from_iterable(chain.from_iterable(map(_sizes_of, map(rows.__getitem__, taken))))
     if not set(map(type, chain.from_iterable(shapes))) <= _INT:
         return None  # a shape equal to one read (at most MAX_DIMS numbers each), but not of ints
-    return _numbered(reader.kinds, codes)
+    return _numbered(list(reader.kinds), codes)
 
 
 def _numbered(kinds: list[Kind], codes: list[int]) -> tuple[tuple[Kind, ...], Sequence[int]]:
@@ -222,8 +222,8 @@ class _RowReader:
         self.budget = budget
         self.room = [room]
         self.code_of: dict[bytes, int] = {}
-        self.kinds: list[Kind] = []
-        self._number: dict[Kind, int] = {}
+        # two keys can make one kind: a list and a tuple, "float" and "Float", a value shared or not
+        self.kinds: dict[Kind, int] = {}  # numbered as read
 
     def codes(self, positions: Sequence[int]) -> list[int] | None:
         """The kind codes of the rows at `positions`; None where one is not what a dump holds."""
@@ -236,17 +236,14 @@ class _RowReader:
                 kind = _kind(*marshal.loads(key), self.room)
                 if kind is None:
                     return None
-                code = self._number.setdefault(kind, len(self.kinds))
-                if code == len(self.kinds):
-                    self.kinds.append(kind)
-                self.code_of[key] = code
+                self.code_of[key] = self.kinds.setdefault(kind, len(self.kinds))
         return list(map(self.code_of.__getitem__, keys))
 
     def light(self, codes: list[int]) -> bool:
         """Whether rows of these codes are each light enough to compare other rows with."""
         return all(len(kind.input_sizes) + len(kind.output_sizes) + sum(map(len, kind.input_sizes))
                    + sum(map(len, kind.output_sizes)) + len(kind.input_dtypes) + len(kind.output_dtypes) <= _MAX_WEIGHT
-                   for kind in map(self.kinds.__getitem__, set(codes)))
+                   for kind in map(list(self.kinds).__getitem__, set(codes)))
 
 
 def _step(rows: list[tuple]) -> int:
