@@ -130,6 +130,38 @@ def test_stacks_shared_or_own_objects_read_alike(tmp_path):
     assert [own.stacks[i][0].name for i in own.entries.stack_id] == [e.op.split(" ")[0] for e in own.entries]
 
 
+def test_a_record_id_the_dump_lacks_reads_minus_one_in_an_agreed_run(tmp_path, monkeypatch):
+    # the collectives table takes an agreed run's record ids from its lowest issuer's column; one
+    # None in it makes the column a tuple, whose None must read -1 as row by row
+    dumps = {r: make_dump([entry(seq=s) for s in range(1, 7)]) for r in range(4)}
+    dumps[0]["entries"][2]["record_id"] = None
+    fast, _ = _assert_same_both_ways(write_dumps(tmp_path, dumps), monkeypatch)
+    _, db, _ = _analysis_and_db(tmp_path)
+    assert fast.verdict == "clean"
+    assert list(db.collectives.column("record_id")) == [0, 1, -1, 3, 4, 5]
+    assert [c.record_id for c in db.collectives] == [0, 1, -1, 3, 4, 5]
+
+
+def test_checks_held_as_runs_read_as_one_check_each(tmp_path):
+    from frtrace.types import AgreedRun, Checks, CollectiveCheck, Group
+
+    tp, dp = Group("1", "tp", (0, 1)), Group("2", "dp", (0, 2))
+    single = CollectiveCheck(tp, 7, (1,), None, "view", agreed=True)
+    odd = CollectiveCheck(dp, 3, (), "size_mismatch", "view")
+    checks = Checks([AgreedRun(tp, 4, 6, "view"), single, AgreedRun(dp, 1, 2, "view"), odd])
+    expanded = [*(CollectiveCheck(tp, s, (), None, "view", agreed=True) for s in (4, 5, 6)), single,
+                *(CollectiveCheck(dp, s, (), None, "view", agreed=True) for s in (1, 2)), odd]
+    assert list(checks) == expanded and len(checks) == 7
+    assert [checks[i] for i in range(-7, 7)] == expanded + expanded
+    assert checks[2:5] == expanded[2:5]
+    assert checks.matched() == 5  # the runs' five; #7 lacks rank 1, dp #3 mismatched
+    assert checks.at(tp, 4) == expanded[0] and checks.at(tp, 6) == expanded[2] and checks.at(tp, 7) is single and checks.at(dp, 3) is odd
+    assert checks.at(dp, 4) is None and checks.at(Group("1", "tp", (0, 1)), 5) is None  # groups compare by identity
+    with pytest.raises(IndexError):
+        checks[7]
+    assert checks == Checks(checks.parts) and checks != Checks(checks.parts[1:])
+
+
 def test_more_than_256_kinds_compare_as_arrays(tmp_path, monkeypatch):
     # every collective has its own size: 300 kinds, past what one byte per code can hold
     dumps = {r: make_dump([entry(seq=s, sizes=((s,),)) for s in range(1, 301)]
@@ -426,8 +458,7 @@ def test_collective_ids_follow_seq_ids_only_where_a_group_has_no_gap():
     built = CollectiveColumns({}, {whole: "1", gapped: "2"}, None)
     # stretches as the table adds them: a run of agreed collectives, then one at a time; "2" lacks #13
     for group, first, last in [(whole, 1, 4), (whole, 5, 5), (gapped, 10, 12), (gapped, 14, 14)]:
-        _, _, first_id = built._group(group, first, last, None, last - first + 1)
-        built.columns[0].extend(range(first_id, first_id + last - first + 1))  # the rows the caller adds
+        built._group(group, first, last, None, last - first + 1)
     assert built.offsets() == {whole: -1}  # ids 0-4 for seq ids 1-5; "2"'s #14 is id 8, not 9
     assert built.collective_of == {**{("1", s): s - 1 for s in range(1, 6)}, ("2", 10): 5, ("2", 11): 6, ("2", 12): 7,
                                    ("2", 14): 8}

@@ -87,8 +87,8 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         lambda stacks: tuple(_traceback_id(frames_text(stack), by_text, traceback_rows) for stack in stacks))
 
     built = CollectiveColumns(dumps, {g: ids[g.key] for g in analysis.groups}, shared)
-    built.add(list(analysis.checks))
-    collectives = Table(Collective, built.columns)
+    built.add(analysis.checks)
+    collectives = Table(Collective, built.columns())
     spans, offsets = built.spans, built.offsets()
 
     # one call per entry of every rank, kept a rank at a time as its own kind codes and stack ids

@@ -184,11 +184,17 @@ class _Blocks(Sequence):
     """A column kept as blocks, a rank's calls each (the first item of a block holds one value per
     call); a row is found by bisecting where the blocks start."""
 
-    __slots__ = ("blocks", "_starts")
+    __slots__ = ("blocks", "_found")
 
     def __init__(self, blocks: list[tuple]) -> None:
         self.blocks = blocks
-        self._starts = list(accumulate((len(block[0]) for block in blocks), initial=0))
+        self._found: list[int] | None = None  # made when first asked for: a database written is often never read
+
+    @property
+    def _starts(self) -> list[int]:
+        if self._found is None:
+            self._found = list(accumulate((len(block[0]) for block in self.blocks), initial=0))
+        return self._found
 
     def __len__(self) -> int:
         return self._starts[-1]

@@ -11,22 +11,17 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from functools import partial
-from itertools import repeat
 
 from .reading.anchor import Anchoring
 from .analysis.align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
 from .analysis.collective_check import Checker
 from .errors import display_path
 from .reading.groups import GroupTable
-from .types import Analysis, CollectiveCheck, Dump, Finding, Group
+from .types import AgreedRun, Analysis, Checks, CollectiveCheck, Dump, Finding, Group
 from .analysis.verdict import conclude
 from .analysis.waitgraph import WaitGraph, blocker_of, match_p2p
 
 __all__ = ["analyze", "format_ranks"]
-
-_new_check = partial(tuple.__new__, CollectiveCheck)  # from a tuple of every field, in C (the NamedTuple's __new__ is Python)
-
 
 def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = (), anchoring: Anchoring | None = None,
             unanswered: frozenset[int] = frozenset(), stacks: dict | None = None) -> Analysis:
@@ -61,7 +56,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
             siblings[(desc, view.size)].append(view)
 
     findings: list[Finding] = []
-    checks: list[CollectiveCheck] = []
+    checks: list[CollectiveCheck | AgreedRun] = []
     frontier: dict[Group, int] = {}
     for key, view in views.items():
         group = view.group
@@ -72,9 +67,8 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
         while i < len(seqs):
             seq = seqs[i]
             through = view.agreed_through(seq)
-            if through >= seq:  # a run of agreed seq ids nobody lacks: their checks made in C, not one by one
-                checks.extend(map(_new_check, zip(repeat(group), range(seq, through + 1), repeat(()), repeat(None),
-                                                  repeat(view), repeat(True))))
+            if through >= seq:  # a run of agreed seq ids nobody lacks: one part, no check made per seq id
+                checks.append(AgreedRun(group, seq, through, view))
                 i += through - seq + 1  # seqs holds each seq id of the reference's range, in order
                 continue
             i += 1
@@ -105,4 +99,4 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
 
-    return conclude(dumps, table, findings, checks, graph, blockers, notes, anchoring.unaligned, stacks or {})
+    return conclude(dumps, table, findings, Checks(checks), graph, blockers, notes, anchoring.unaligned, stacks or {})

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import sys
 from array import array
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from functools import partial
+from itertools import accumulate, chain, repeat
 from math import isnan
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -444,6 +446,77 @@ class CollectiveCheck(NamedTuple):
         return self.source.issuers(self.collective_seq_id) if self.source is not None else {}
 
 
+_new_check = partial(tuple.__new__, CollectiveCheck)  # from a tuple of every field, in C (the NamedTuple's __new__ is Python)
+
+
+class AgreedRun(NamedTuple):
+    """Seq ids first..last of one group, each agreed (GroupView.agreed) and issued by every
+    member: what Checks holds in place of a check per seq id."""
+
+    group: Group
+    first: int
+    last: int
+    source: Any
+
+    def checks(self) -> Iterator[CollectiveCheck]:
+        count = self.last - self.first + 1
+        return map(_new_check, zip(repeat(self.group, count), range(self.first, self.last + 1), repeat(()), repeat(None),
+                                   repeat(self.source), repeat(True)))
+
+
+class Checks(Sequence):
+    """The analysis's checks in order, a CollectiveCheck per aligned collective, held as `parts`:
+    checks, and AgreedRuns that make theirs when read. Most collectives of a healthy job are
+    agreed runs: 416,400 checks at 4,096 ranks cost a tuple each, made and then read one by one
+    by the report, the verdict and the database; as runs they cost nothing per collective."""
+
+    __slots__ = ("parts", "_starts")
+
+    def __init__(self, parts: Iterable[CollectiveCheck | AgreedRun] = ()) -> None:
+        self.parts = tuple(parts)
+        self._starts = list(accumulate((p.last - p.first + 1 if type(p) is AgreedRun else 1 for p in self.parts), initial=0))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("Checks index out of range")
+        at = bisect_right(self._starts, index) - 1
+        part = self.parts[at]
+        if type(part) is AgreedRun:
+            return CollectiveCheck(part.group, part.first + index - self._starts[at], (), None, part.source, True)
+        return part
+
+    def __iter__(self) -> Iterator[CollectiveCheck]:
+        return chain.from_iterable(p.checks() if type(p) is AgreedRun else (p,) for p in self.parts)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checks) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def matched(self) -> int:
+        """Collectives every member issued, with no mismatch."""
+        return sum(p.last - p.first + 1 if type(p) is AgreedRun else not p.missing_ranks and p.mismatch is None
+                   for p in self.parts)
+
+    def at(self, group: Group, seq: int) -> CollectiveCheck | None:
+        """The check of `group`'s #seq."""
+        for part in self.parts:
+            if part.group is group:
+                if type(part) is AgreedRun:
+                    if part.first <= seq <= part.last:
+                        return CollectiveCheck(group, seq, (), None, part.source, True)
+                elif part.collective_seq_id == seq:
+                    return part
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class StackApart:
     """A rank's Python stack (its training thread's, from a stack file beside its dump) beside the
@@ -470,7 +543,7 @@ class Analysis:
     culprit_ranks: tuple[int, ...]
     findings: tuple[Finding, ...]
     groups: tuple[Group, ...]
-    checks: tuple[CollectiveCheck, ...]
+    checks: Checks  # a CollectiveCheck per aligned collective, in order
     ranks_loaded: tuple[int, ...]
     ranks_missing: tuple[int, ...]
     culprit_entries: dict[int, Entry] = field(default_factory=dict)  # rank -> the op it is blocked in

@@ -7,17 +7,17 @@ from collections import Counter, defaultdict
 
 from . import size_rules
 from .align import by_number, count_of, ranks_word, unit_label
-from ..types import Analysis, Entry, Finding, StackApart
+from ..types import Analysis, Checks, Entry, Finding, StackApart
 from ..reading.stacks import (Thread, first_apart, frame_text, in_data_loader, in_torch_distributed, main_thread,
                               outline, place)
 from .waitgraph import NEVER_STARTED, WaitGraph
 
 
-def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, unaligned=(), stacks=None) -> Analysis:
+def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers, notes, unaligned=(), stacks=None) -> Analysis:
     loaded = tuple(sorted(dumps))
     missing = tuple(r for r in table.world if r not in dumps)
     group_count = len(table.groups)
-    matched = sum(1 for c in checks if not c.missing_ranks and c.mismatch is None)
+    matched = checks.matched()
 
     mismatches = [f for f in findings if f.kind in ("type_mismatch", "size_mismatch", "dtype_mismatch") and f.decided]
     graph_culprits, undecided_cycles, evidence = graph.culprits()
@@ -193,7 +193,7 @@ def conclude(dumps, table, findings, checks, graph: WaitGraph, blockers, notes, 
         culprit_ranks=tuple(sorted(set(culprits))),
         findings=final,
         groups=table.groups,
-        checks=tuple(checks),
+        checks=checks,
         ranks_loaded=loaded,
         ranks_missing=missing,
         culprit_entries=culprit_entries,
@@ -410,7 +410,7 @@ def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:
 def _mismatch_evidence(finding: Finding, checks) -> str:
     if "(reference: the other" in finding.detail:
         return f"sibling groups: the other {finding.group.label} groups decide {finding.op} #{finding.collective_seq_id}"
-    check = next(c for c in checks if c.group is finding.group and c.collective_seq_id == finding.collective_seq_id)
+    check = checks.at(finding.group, finding.collective_seq_id)
     issued = len(check.entries)
     if set(finding.ranks) >= set(check.entries):
         return f"own rule: every issuer of {finding.op} #{finding.collective_seq_id} breaks its size rule"
@@ -424,15 +424,13 @@ def _first_entry_index(finding: Finding, checks) -> int:
 
 
 def _entry_at(checks, finding: Finding, rank: int) -> Entry | None:
-    for check in checks:
-        if check.group is finding.group and check.collective_seq_id == finding.collective_seq_id:
-            entries = check.entries.get(rank)
-            return entries[-1] if entries else None
-    return None
+    check = checks.at(finding.group, finding.collective_seq_id)
+    entries = check.entries.get(rank) if check is not None else None
+    return entries[-1] if entries else None
 
 
 def _mismatch_headline(finding: Finding, checks) -> str:
-    check = next(c for c in checks if c.group is finding.group and c.collective_seq_id == finding.collective_seq_id)
+    check = checks.at(finding.group, finding.collective_seq_id)
     offenders = set(finding.ranks)
     others = [r for r in check.entries if r not in offenders]
     where = f"#{finding.collective_seq_id} of {finding.group.label}"

@@ -98,7 +98,7 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  {frame}", file=out)
 
     checked = len(analysis.checks)
-    matched = sum(1 for c in analysis.checks if not c.missing_ranks and c.mismatch is None)
+    matched = analysis.checks.matched()
     print("\nSummary", file=out)
     summary = [
         ["ranks loaded", f"{len(analysis.ranks_loaded)} ({format_ranks(analysis.ranks_loaded) or 'none'})"],
