@@ -481,11 +481,8 @@ class Checks(Sequence):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("Checks index out of range")
+            return [self[i] for i in range(len(self))[index]]
+        index = range(len(self))[index]  # from the end where negative; IndexError out of range
         at = bisect_right(self._starts, index) - 1
         part = self.parts[at]
         if type(part) is AgreedRun:
