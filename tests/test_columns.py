@@ -142,7 +142,7 @@ def test_a_record_id_the_dump_lacks_reads_minus_one_in_an_agreed_run(tmp_path, m
     assert [c.record_id for c in db.collectives] == [0, 1, -1, 3, 4, 5]
 
 
-def test_checks_held_as_runs_read_as_one_check_each(tmp_path):
+def test_checks_held_as_runs_read_as_one_check_each():
     from frtrace.types import AgreedRun, Checks, CollectiveCheck, Group
 
     tp, dp = Group("1", "tp", (0, 1)), Group("2", "dp", (0, 2))

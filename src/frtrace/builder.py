@@ -107,8 +107,8 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         if made is None:
             made = of_kinds[(group_of_kind, id(entries.kinds))] = (
                 list(group_of_kind), [profiling_name(kind.backend, kind.op) for kind in entries.kinds],
-                [shared.shape_list(kind.input_sizes) for kind in entries.kinds], entries.kinds)
-        groups_read, ops_read, sizes_read, _ = made
+                [shared.shape_list(kind.input_sizes) for kind in entries.kinds])
+        groups_read, ops_read, sizes_read = made
         offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
         if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset: added when read
             collective_ids.append((entries.collective_seq_id, entries.kind, offset_of_kind))

@@ -23,6 +23,7 @@ from .analysis.waitgraph import WaitGraph, blocker_of, match_p2p
 
 __all__ = ["analyze", "format_ranks"]
 
+
 def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = (), anchoring: Anchoring | None = None,
             unanswered: frozenset[int] = frozenset(), stacks: dict | None = None) -> Analysis:
     """Match the collectives of every group across its ranks and name the culprit of a desync.

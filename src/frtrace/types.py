@@ -458,7 +458,11 @@ class AgreedRun(NamedTuple):
     last: int
     source: Any
 
+    def check(self, seq: int) -> CollectiveCheck:
+        return CollectiveCheck(self.group, seq, (), None, self.source, True)
+
     def checks(self) -> Iterator[CollectiveCheck]:
+        """check(seq) for each seq id of the run, made in C."""
         count = self.last - self.first + 1
         return map(_new_check, zip(repeat(self.group, count), range(self.first, self.last + 1), repeat(()), repeat(None),
                                    repeat(self.source), repeat(True)))
@@ -485,9 +489,7 @@ class Checks(Sequence):
         index = range(len(self))[index]  # from the end where negative; IndexError out of range
         at = bisect_right(self._starts, index) - 1
         part = self.parts[at]
-        if type(part) is AgreedRun:
-            return CollectiveCheck(part.group, part.first + index - self._starts[at], (), None, part.source, True)
-        return part
+        return part.check(part.first + index - self._starts[at]) if type(part) is AgreedRun else part
 
     def __iter__(self) -> Iterator[CollectiveCheck]:
         return chain.from_iterable(p.checks() if type(p) is AgreedRun else (p,) for p in self.parts)
@@ -508,7 +510,7 @@ class Checks(Sequence):
             if part.group is group:
                 if type(part) is AgreedRun:
                     if part.first <= seq <= part.last:
-                        return CollectiveCheck(group, seq, (), None, part.source, True)
+                        return part.check(seq)
                 elif part.collective_seq_id == seq:
                     return part
         return None

@@ -40,8 +40,8 @@ class CollectiveColumns:
         self.ids = ids
         self.shared = shared  # one list object per distinct shape list and stack
         self.rows = 0
-        self.blocks: list[list[tuple]] = [[] for _ in Collective._fields]  # the first (ids) stays empty: ids are row numbers
-        self._loose: list[list] = [[] for _ in Collective._fields]  # rows added one by one since the last block
+        self.blocks: list[list[tuple]] = [[] for _ in Collective._fields[1:]]  # per field after the id (ids are row numbers)
+        self._loose: list[list] = [[] for _ in Collective._fields[1:]]  # rows added one by one since the last block
         self.spans: dict[Group, list] = {}  # group -> [first collective id, first seq, last seq, view]
         self._stretches: dict[str, list[tuple[int, int, int]]] = {}  # group id -> (first seq, its id, count) per stretch added
         self._collective_of: dict[tuple[str, int], int] | None = None
@@ -50,7 +50,7 @@ class CollectiveColumns:
         self._other_seqs: dict[int, list[int]] = {}  # id(view) -> its seq ids with other states, sorted
         self._by_code: list[list] | None = None  # see _display; every view shares one Codes
         self._states: list[str] | None = None  # every view's state codes' values, then "mixed"
-        self._ids_of: dict[int, tuple] = {}  # id of a record id column holding None -> (it, its values with -1)
+        self._ids_of: dict[int, list] = {}  # id of a record id column holding None (self.dumps keeps it) -> its values with -1
 
     def add(self, checks: Checks) -> None:
         """Add the checks of the analysis, in order."""
@@ -65,13 +65,13 @@ class CollectiveColumns:
     def columns(self) -> list:
         """The table's columns: the ids, then a BlockCodes per field."""
         self._close_loose()
-        return [range(self.rows), *map(BlockCodes, self.blocks[1:])]
+        return [range(self.rows), *map(BlockCodes, self.blocks)]
 
     def _close_loose(self) -> None:
-        if self._loose[1]:
+        if self._loose[0]:
             for blocks, values in zip(self.blocks, self._loose):
                 blocks.append((range(len(values)), values))
-            self._loose = [[] for _ in Collective._fields]
+            self._loose = [[] for _ in Collective._fields[1:]]
 
     def _shown_of(self, name: str, input_sizes: tuple, output_sizes: tuple) -> tuple:
         key = (name, input_sizes, output_sizes)
@@ -114,7 +114,7 @@ class CollectiveColumns:
         group_id, expected, _ = self._group(group, first, last, view, n)
         self._close_loose()
         zeros = bytes(n)  # the codes of a value every row holds, one object for every column of the run
-        (_, group_ids, passed, seqs, p2p_seqs, record_ids, descs, names, input_sizes, output_sizes, expected_ranks,
+        (group_ids, passed, seqs, p2p_seqs, record_ids, descs, names, input_sizes, output_sizes, expected_ranks,
          states, frames, input_numels, output_numels, missing_ranks, mismatched, mismatch) = self.blocks
         for column, value in ((group_ids, group_id), (passed, not missing), (descs, pg_desc(group.name, group.desc)),
                               (expected_ranks, expected), (missing_ranks, frozenset(missing) or None),
@@ -155,9 +155,9 @@ class CollectiveColumns:
         if isinstance(column, array):
             return column
         found = self._ids_of.get(id(column))
-        if found is None or found[0] is not column:
-            found = self._ids_of[id(column)] = (column, [-1 if r is None else r for r in column])
-        return found[1]
+        if found is None:
+            found = self._ids_of[id(column)] = [-1 if r is None else r for r in column]
+        return found
 
     def _display(self, codes) -> list[list]:
         """Per global kind code, what its rows show: name, sizes (shared lists), numels; by column."""
@@ -193,8 +193,8 @@ class CollectiveColumns:
         match = None if check.mismatch is None else MatchInfo(MATCH_STATE_OF_FINDING.get(check.mismatch, MatchState.UNDECIDED),
                                                                check.mismatch)
         mismatched = {r: self._row(collective_id, group_id, desc, expected, entries[r], match, r) for r in differing}
-        row = (
-            collective_id, group_id, check.mismatch is None and not check.missing_ranks, seq,
+        row = (  # every field but the id, the row's number
+            group_id, check.mismatch is None and not check.missing_ranks, seq,
             head.p2p_seq_id, head.record_id if head.record_id is not None else -1, desc, shown[0],
             shown[1], shown[2], expected, states.pop() if len(states) == 1 else "mixed",
             self.shared.frame_list(self.dumps[reference_rank], head.stack_id), shown[3], shown[4],
