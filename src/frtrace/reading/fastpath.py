@@ -129,7 +129,7 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
                time_column(created), time_column(started), time_column(completed), float_column(durations)]
     if not all(isinstance(column, array) for column in numbers) or inf in numbers[-1] or -inf in numbers[-1]:
         return None  # over 64 bits, or an infinite duration: the careful path drops the field
-    found = _kind_codes(list(zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)))
+    found = _kind_codes(list(zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)), (sizes_in, sizes_out))
     if found is None:
         return None
     kinds, kind_codes = found
@@ -144,10 +144,11 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     )
 
 
-def _kind_codes(rows: list[tuple]) -> tuple[tuple[Kind, ...], Sequence[int]] | None:
+def _kind_codes(rows: list[tuple], sizes: tuple[Sequence, Sequence]) -> tuple[tuple[Kind, ...], Sequence[int]] | None:
     """The kinds of entries whose rows (group, name, is_p2p, sizes and dtypes in and out) are
     `rows`, numbered in order of first appearance, and each entry's code; None where a value is
-    not what a dump holds (see _kind) or the keys pass their budget.
+    not what a dump holds (see _kind) or the keys pass their budget. `sizes` are the rows' sizes
+    in and out, as two columns.
 
     A training step repeats the ops of the step before. The last row is read first, and `step`
     is how far back its equal is; the first step's rows and the last step's are read, and every
@@ -156,8 +157,10 @@ def _kind_codes(rows: list[tuple]) -> tuple[tuple[Kind, ...], Sequence[int]] | N
     equal to neither are marshalled and read. Rows are compared only with rows read, of a bounded
     weight: a comparison stops where the read row ends, so a row of a huge or deeply shared value
     costs no more than a small one. Equal rows hold equal strings and bools, but sizes equal only
-    as numbers (1 == 1.0 == True, and the careful path takes ints only): the numbers of the rows
-    taken by comparison are checked to be ints in one pass."""
+    as numbers (1 == 1.0 == True, and the careful path takes ints only): the numbers of every row
+    are then checked to be ints in one pass over the two columns (the rows read were checked
+    already, and each row is one read or one equal to a light one: the pass is bounded as they
+    are; checking them again costs less than picking the others out)."""
     count = len(rows)
     reader = _RowReader(rows, _KEY_BYTES * count, _PER_ENTRY * count + 64)
     last = reader.codes([count - 1])
@@ -174,7 +177,6 @@ def _kind_codes(rows: list[tuple]) -> tuple[tuple[Kind, ...], Sequence[int]] | N
         return None if others is None else _numbered(list(reader.kinds), others + last)
     codes = (firsts * (count // step + 1))[:count]  # each row's, where it equals its counterpart in the first step
     same = bytes(map(eq, rows[step:], rows[:step] * (count // step)))  # rows past the first step, in order
-    taken = [*compress(range(step, count), same)]
     apart = [*compress(range(step, count), map(not_, same))]
     if apart:
         ends = rows[count - step:]
@@ -183,7 +185,6 @@ def _kind_codes(rows: list[tuple]) -> tuple[tuple[Kind, ...], Sequence[int]] | N
         for position, end, equal in zip(apart, at_end, again):
             if equal:
                 codes[position] = lasts[end]
-                taken.append(position)
         rest = [position for position, equal in zip(apart, again) if not equal]
         if rest:
             own = reader.codes(rest)
@@ -191,7 +192,7 @@ def _kind_codes(rows: list[tuple]) -> tuple[tuple[Kind, ...], Sequence[int]] | N
                 return None
             for position, code in zip(rest, own):
                 codes[position] = code
-    shapes = chain.from_iterable(chain.from_iterable(map(_sizes_of, map(rows.__getitem__, taken))))
+    shapes = chain.from_iterable(map(chain.from_iterable, sizes))
     if not set(map(type, chain.from_iterable(shapes))) <= _INT:
         return None  # a shape equal to one read (at most MAX_DIMS numbers each), but not of ints
     return _numbered(list(reader.kinds), codes)
@@ -210,7 +211,6 @@ def _numbered(kinds: list[Kind], codes: list[int]) -> tuple[tuple[Kind, ...], Se
 
 _MAX_STEP = 1024  # rows in a training step, at most, that kinds are compared across
 _MAX_WEIGHT = 256  # tensors, dimensions and dtypes that a row compared with others may hold
-_sizes_of = itemgetter(3, 4)  # a row's sizes in and out
 
 
 class _RowReader:
