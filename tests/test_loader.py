@@ -626,6 +626,27 @@ def test_an_entry_called_from_elsewhere_than_the_first_of_its_kind_gets_its_own_
     assert [s[0].line for s in stacks] == [30, 10, 20] and list(columns.stack_id) == [0, 1, 2, 1, 0, 2]
 
 
+@pytest.mark.parametrize("kinds, sites", [(3, 2), (200, 1), (300, 1), (50, 3)],
+                         ids=["few", "kind-codes-past-127", "kinds-past-a-byte", "stacks-past-127"])
+def test_stack_ids_of_many_kinds_and_call_sites_read_as_the_careful_path_reads_them(kinds, sites):
+    # each kind called from `sites` places in turn, every 7th entry without frames: stack ids are
+    # numbered in the order of the entries as the careful path numbers them, whether the codes
+    # fit in a signed byte (translated) or not
+    from frtrace.reading import fastpath
+
+    def at(kind, site):  # kinds 50 apart share their frames
+        return [{"name": "step", "filename": "train.py", "line": 100 * site + kind % 50}]
+
+    raw = make_dump([entry(seq=s, op=f"op{s % kinds}", frames=[] if s % 7 == 0 else at(s % kinds, (s // kinds) % sites))
+                     for s in range(1, 2 * kinds * sites + 2)])
+    stacks: dict = {}
+    columns = fastpath.fast_columns(raw["entries"], 0, stacks)
+    careful = normalize(raw, 0, "nccl_trace_rank_0", "pickle")
+    assert columns is not None and len(stacks) == len(careful.stacks) > 1
+    assert [list(stacks)[i] if i >= 0 else () for i in columns.stack_id] == [careful.stack_of(e.stack_id) for e in careful.entries]
+    assert list(columns.stack_id) == [e.stack_id for e in careful.entries]
+
+
 def test_frames_that_compare_too_deep_go_to_the_careful_path_or_read_as_it_reads_them():
     from frtrace.reading import fastpath
 

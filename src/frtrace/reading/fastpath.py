@@ -312,7 +312,20 @@ def _fast_stacks(frames: tuple, kinds: Sequence[int], stacks: dict[tuple[Frame, 
     for code in dict.fromkeys(codes):
         if code >= 0:
             number[code] = stacks.setdefault(by_local[code], len(stacks))
+    if codes.typecode == "b" and max(number.values()) < 128:  # one byte each, as small_int_column makes them
+        return _translated(codes, number)
     return small_int_column(array("i", map(number.__getitem__, codes)))
+
+
+def _translated(codes: array, mapping: dict[int, int]) -> array:
+    """Codes of one signed byte each, mapped by `mapping` (codes and values from -1 to 127): one
+    bytes.translate, in C."""
+    table = bytearray(256)
+    for code, value in mapping.items():
+        table[code & 0xFF] = value & 0xFF
+    mapped = array("b")
+    mapped.frombytes(codes.tobytes().translate(table))
+    return mapped
 
 
 _SHARED_LISTS = 4  # at most a quarter as many lists as entries: a pickle that shares them
@@ -347,7 +360,10 @@ def _codes_by_first_of_kind(lists: list[list], by_id: dict[int, list], kinds: Se
         code_by_id.update(others)
     if not set(map(type, map(_frame_line, chain.from_iterable(by_id.values())))) <= _INT:
         return None
-    codes = array("i", map(code_by_id.__getitem__, map(id, candidates)))
+    if isinstance(kinds, bytes) and len(local) < 128:  # each entry its kind's first's code, a signed byte: translated
+        codes = _translated(array("b", kinds), {kind: code_by_id[id(lists[first])] for kind, first in first_of_kind.items()})
+    else:
+        codes = array("i", map(code_by_id.__getitem__, map(id, candidates)))
     for index in apart:
         codes[index] = code_by_id[id(lists[index])]
     return codes
