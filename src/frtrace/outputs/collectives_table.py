@@ -9,12 +9,11 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from functools import partial
 from itertools import repeat
 
 from ..analysis import size_rules
 from ..database import MATCH_STATE_OF_FINDING, BlockCodes, Collective, MatchInfo, MatchState, pg_desc, profiling_name
-from ..types import AgreedRun, Checks, CollectiveCheck, Dump, Group
+from ..types import AgreedRun, Checks, CollectiveCheck, Dump, Group, code_column
 
 
 def _picked(column, positions):
@@ -130,7 +129,7 @@ class CollectiveColumns:
             stacks = _picked(entries.stack_id, positions)
             distinct = list(set(stacks))
             number = dict(zip(distinct, range(len(distinct))))
-            codes = (bytes if len(distinct) <= 256 else partial(array, "i"))(map(number.__getitem__, stacks))
+            codes = code_column(map(number.__getitem__, stacks), len(distinct))
             frames.append((codes, [self.shared.frame_list(self.dumps[rank], s) for s in distinct]))
         ref, codes = view.reference, view.codes
         at = slice(first - ref.first_seq, last - ref.first_seq + 1)

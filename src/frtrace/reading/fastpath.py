@@ -313,18 +313,18 @@ def _fast_stacks(frames: tuple, kinds: Sequence[int], stacks: dict[tuple[Frame, 
         if code >= 0:
             number[code] = stacks.setdefault(by_local[code], len(stacks))
     if codes.typecode == "b" and max(number.values()) < 128:  # one byte each, as small_int_column makes them
-        return _translated(codes, number)
+        return _translated(codes.tobytes(), number)
     return small_int_column(array("i", map(number.__getitem__, codes)))
 
 
-def _translated(codes: array, mapping: dict[int, int]) -> array:
-    """Codes of one signed byte each, mapped by `mapping` (codes and values from -1 to 127): one
-    bytes.translate, in C."""
+def _translated(codes: bytes, mapping: dict[int, int]) -> array:
+    """Codes of one byte each (their raw bytes), mapped by `mapping` (a code, signed or not, ->
+    a value from -1 to 127) into signed bytes: one bytes.translate, in C."""
     table = bytearray(256)
     for code, value in mapping.items():
         table[code & 0xFF] = value & 0xFF
     mapped = array("b")
-    mapped.frombytes(codes.tobytes().translate(table))
+    mapped.frombytes(codes.translate(table))
     return mapped
 
 
@@ -361,7 +361,7 @@ def _codes_by_first_of_kind(lists: list[list], by_id: dict[int, list], kinds: Se
     if not set(map(type, map(_frame_line, chain.from_iterable(by_id.values())))) <= _INT:
         return None
     if isinstance(kinds, bytes) and len(local) < 128:  # each entry its kind's first's code, a signed byte: translated
-        codes = _translated(array("b", kinds), {kind: code_by_id[id(lists[first])] for kind, first in first_of_kind.items()})
+        codes = _translated(kinds, {kind: code_by_id[id(lists[first])] for kind, first in first_of_kind.items()})
     else:
         codes = array("i", map(code_by_id.__getitem__, map(id, candidates)))
     for index in apart:
