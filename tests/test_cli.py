@@ -11,7 +11,7 @@ import sys
 import pytest
 from pathlib import Path
 
-from conftest import FIXTURES, generated_job, entry, make_dump, ops, write_dumps
+from conftest import FIXTURES, generated_job, entry, make_dump, ops, scenario_dirs, write_dumps
 from frtrace import api, cli
 from frtrace.cli import main
 
@@ -367,3 +367,52 @@ def test_every_file_written_is_confirmed_on_stderr_in_one_line_and_a_stream_is_n
         shown = f"{size / 1000:.1f} kB" if size >= 1000 else f"{size} bytes"
         assert sum(line.startswith(f"frtrace: wrote {tmp_path / name} ({shown}, the ") for line in lines) == 1, lines
     assert json.loads(said.out)["verdict"] == "desync"  # --json - went to stdout, unconfirmed
+
+
+def _outputs_loaded(folder: Path, out: Path, capsys, monkeypatch, extra: list[str]) -> tuple[dict[str, bytes], list]:
+    """Every file and stream of one run on `folder` that asks for `extra`, and whether each load
+    kept the entries' times (the `times` it was asked for, and what its dumps hold)."""
+    loads = []
+    load_dumps = api.load_dumps
+
+    def spied(*args, **kw):
+        loaded = load_dumps(*args, **kw)
+        loads.append((kw.get("times", True), {d.entries.has_times for d in loaded.dumps.values()}))
+        return loaded
+
+    monkeypatch.setattr(api, "load_dumps", spied)
+    out.mkdir()
+    code = main(["-d", str(folder), "-o", str(out / "db.pkl"), "--json", str(out / "r.json"), "--markdown",
+                 str(out / "summary.md"), "-v", "--print-stack-trace", "--jobs", "1", *extra])
+    said = capsys.readouterr()
+    files = {p.name: p.read_bytes().replace(str(out).encode(), b"OUT") for p in out.iterdir()}  # the summary names them
+    return {**files, "stdout": said.out.encode(), "stderr": said.err.replace(str(out), "OUT").encode(),
+            "exit": bytes([code])}, loads
+
+
+@pytest.mark.parametrize("folder", scenario_dirs(), ids=[p.name for p in scenario_dirs()])
+def test_outputs_that_never_read_times_are_the_same_when_the_times_are_not_loaded(folder, tmp_path, capsys, monkeypatch):
+    # folders named alike in length: the files name their paths, and stderr says their sizes
+    without, loads = _outputs_loaded(folder, tmp_path / "a", capsys, monkeypatch, [])
+    assert loads and all(loads_times is False and kept == {False} for loads_times, kept in loads), loads
+    monkeypatch.setattr(cli, "_reads_times", lambda options: True)
+    with_times, loads = _outputs_loaded(folder, tmp_path / "b", capsys, monkeypatch, [])
+    assert loads and all(loads_times is True and kept == {True} for loads_times, kept in loads), loads
+    assert without.keys() == with_times.keys() and len(without) == 6
+    for name in without:
+        assert without[name] == with_times[name], name
+
+
+@pytest.mark.parametrize("flag", ["--html", "--sqlite", "--chrome-trace", "--stats"])
+def test_an_output_that_reads_times_has_them_loaded(flag, tmp_path, capsys, monkeypatch):
+    extra = [flag] if flag == "--stats" else [flag, str(tmp_path / "extra")]
+    _, loads = _outputs_loaded(FIXTURES / "skip_goes_on", tmp_path / "out", capsys, monkeypatch, extra)
+    assert loads == [(True, {True})]
+
+
+def test_entries_printed_side_by_side_read_no_times(tmp_path, capsys, monkeypatch):
+    assert main(["-d", SKIP, "-j"]) == 0
+    with_times = capsys.readouterr().out
+    monkeypatch.setattr(cli, "_reads_times", lambda options: True)
+    assert main(["-d", SKIP, "-j"]) == 0
+    assert capsys.readouterr().out == with_times and "all_reduce" in with_times

@@ -94,3 +94,32 @@ def test_a_whole_load_in_workers_reads_as_in_one_process(tmp_path):
         other = in_process[rank]
         assert dump.entries == other.entries and dump.group_configs == other.group_configs and dump.stacks == other.stacks
     assert len({id(d.group_configs[0]) for d in in_workers.values()}) == 1
+
+
+def test_times_not_asked_for_stay_in_the_worker_and_read_as_not_loaded(parts):
+    packer, unpacker = wire.Packer(times=False), wire.Unpacker()
+    packed = packer.pack(parts[0])
+    assert len(pickle.dumps(packed, -1)) < len(pickle.dumps(wire.Packer().pack(parts[0]), -1))
+    entries = unpacker.dump(pickle.loads(pickle.dumps(packed, -1))).entries
+    whole = parts[0].entries
+    assert whole.has_times and not entries.has_times and len(entries.time_created_ns) == len(whole)
+    assert whole[0].time_created_ns is not None  # make_dump writes times: there were some to leave out
+    untimed = [e._replace(time_created_ns=None, time_started_ns=None, time_completed_ns=None, duration_ms=None) for e in whole]
+    assert list(entries) == untimed and [entries[i] for i in range(len(whole))] == untimed
+    assert entries.at([2, 0]) == [untimed[2], untimed[0]]
+    for column in (entries.time_created_ns, entries.time_started_ns, entries.time_completed_ns, entries.duration_ms):
+        with pytest.raises(LookupError, match="times were not loaded"):
+            column[0]
+        with pytest.raises(LookupError):
+            list(column)
+
+
+def test_a_whole_load_without_times_reads_as_with_them_but_for_the_times(tmp_path):
+    write_dumps(tmp_path, {r: _world_dump(r, str(1 + r // 2)) for r in range(4)})
+    discovery = find_dump_files(str(tmp_path))
+    for workers in (0, 2):
+        timed, untimed = load_dumps(discovery, workers=workers).dumps, load_dumps(discovery, workers=workers, times=False).dumps
+        for rank, dump in timed.items():
+            assert dump.entries.has_times and not untimed[rank].entries.has_times
+            assert [e[:15] + e[19:] for e in dump.entries] == [e[:15] + e[19:] for e in untimed[rank].entries]
+            assert {e[15:19] for e in untimed[rank].entries} == {(None,) * 4}

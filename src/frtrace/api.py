@@ -60,8 +60,9 @@ def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, 
 
 
 def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
-             ft_group_world_size: int | None = None) -> tuple[LoadResult, GroupTable]:
-    """The dumps discovered read and their groups resolved; skipped files are said on `err`."""
+             ft_group_world_size: int | None = None, times: bool = True) -> tuple[LoadResult, GroupTable]:
+    """The dumps discovered read and their groups resolved; skipped files are said on `err`.
+    Without `times`, the entries' times are not loaded (load_dumps)."""
     if not discovery.files:
         hint = f" starting with {printable(prefix)!r}" if prefix else ""
         seen = (f" ({len(discovery.ignored)} file(s) ignored, e.g. {discovery.ignored[0].path}: {discovery.ignored[0].reason})"
@@ -70,7 +71,7 @@ def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: Text
                          f"and starts like a pickle or JSON dump{seen}; check the directory and --prefix "
                          "(dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)")
     loaded = load_dumps(discovery, progress=progress and len(discovery.files) > 8, workers=jobs,
-                        bound_by_configs=ft_group_world_size is None)
+                        bound_by_configs=ft_group_world_size is None, times=times)
     for item in loaded.skipped:
         print(f"frtrace: skipped {item.path}: {item.reason}", file=err)
     if not loaded.dumps:

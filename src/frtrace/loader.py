@@ -606,17 +606,18 @@ def _load_one(job: tuple) -> CompactDump | DumpError | InternalError:
 
 class _Reader:
     """_load_one in a worker, its dump packed for the pipe (wire.Packer: a value many ranks
-    share is sent whole once per worker)."""
+    share is sent whole once per worker, the entries' times only where `times`)."""
 
-    def __init__(self) -> None:
-        self.packer = wire.Packer()
+    def __init__(self, times: bool) -> None:
+        self.packer = wire.Packer(times)
 
     def __call__(self, job: tuple) -> tuple | DumpError | InternalError:
         result = _load_one(job)
         return self.packer.pack(result) if isinstance(result, CompactDump) else result
 
 
-def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iterator[tuple | DumpError | InternalError]:
+def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool,
+              times: bool) -> Iterator[tuple | DumpError | InternalError]:
     """Results in job order, from worker processes: a file that crashes or exhausts its reader
     costs that file, never the run. workers=0 reads in this process (for tests only). A dump
     comes packed (wire.Packer), for a wire.Unpacker of the same load."""
@@ -625,7 +626,7 @@ def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool) -> Iter
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc="loading dumps", unit="file", file=sys.stderr, leave=False)
-    reader = _Reader()  # in each worker its own copy, which has sent nothing yet
+    reader = _Reader(times)  # in each worker its own copy, which has sent nothing yet
     results = map(reader, jobs) if workers <= 0 else worker_processes.in_workers(reader, jobs, min(workers, len(jobs)))
     try:
         for result in results:
@@ -650,7 +651,8 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
     return max(sizes) if sizes else None
 
 
-def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1, bound_by_configs: bool = True) -> LoadResult:
+def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1, bound_by_configs: bool = True,
+               times: bool = True) -> LoadResult:
     """Read every rank's dump; a file that cannot be used is skipped with its reason.
 
     Files are read in `workers` processes, each sending back a compact form. When a rank has a
@@ -659,6 +661,8 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     are ignored (a file such as `backup_100` beside a 4-rank job). An InternalError from any
     file is raised: a bug of frtrace's is never turned into a skipped, then blamed, rank.
     A file from an archive is read from its copy (DumpFile.source) and named by its member.
+    Without `times`, the entries' times are checked as ever but stay in the workers (their
+    columns Unread): for callers whose outputs never read them.
     """
 
     def job(dump_file: DumpFile) -> tuple:
@@ -683,12 +687,12 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
             used[rank] = dump_file
 
     firsts = [files[0] for files in choices.values()]
-    for dump_file, result in zip(firsts, _load_all([job(f) for f in firsts], workers, progress)):
+    for dump_file, result in zip(firsts, _load_all([job(f) for f in firsts], workers, progress, times)):
         take(dump_file.rank, dump_file, result)
     for rank, files in choices.items():
         for dump_file in files[1:]:
             if rank not in used:  # the first choice failed: fall back to its twin in the other format
-                take(rank, dump_file, next(_load_all([job(dump_file)], workers, False)))
+                take(rank, dump_file, next(_load_all([job(dump_file)], workers, False, times)))
             else:
                 notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used[rank].path)}; not read")
 

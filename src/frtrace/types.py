@@ -97,6 +97,7 @@ class Kind(NamedTuple):
 
 
 _NAN = float("nan")
+_NO_TIMES = (None, None, None, None)  # an Entry's times where they were not loaded
 
 
 def _duration(value: float) -> float | None:
@@ -213,6 +214,24 @@ def float_column(values: Sequence) -> Sequence[float]:
         return tuple(values)
 
 
+class Unread(Sequence):
+    """A column a worker read and kept to itself: EntryColumns' times where no output asked for
+    them (64 of the 107 kB a 2,000-entry dump keeps in the main process). Its length only: a value
+    read from it is a LookupError, so that a reader of times it was not given fails loudly instead
+    of taking every time as not recorded."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index):
+        raise LookupError("the entries' times were not loaded: load with times=True to read them")
+
+
 @dataclass(slots=True, eq=False)
 class EntryColumns(Sequence):
     """One rank's entries, stored by column: a kind code per entry and its numbers in arrays.
@@ -230,7 +249,7 @@ class EntryColumns(Sequence):
     record_id: Sequence  # ints; a tuple holding None in formats without record_id
     collective_seq_id: Sequence[int]
     p2p_seq_id: Sequence[int]
-    time_created_ns: Sequence[int]  # 0: not recorded
+    time_created_ns: Sequence[int]  # 0: not recorded; Unread, as the next three, where not loaded
     time_started_ns: Sequence[int]
     time_completed_ns: Sequence[int]
     duration_ms: Sequence[float]  # NaN: not recorded
@@ -256,6 +275,12 @@ class EntryColumns(Sequence):
         return len(self.kind)
 
     @property
+    def has_times(self) -> bool:
+        """Whether the times were loaded: else their columns are Unread, and entries are built
+        with None for each."""
+        return not isinstance(self.time_created_ns, Unread)
+
+    @property
     def from_gloo(self) -> bool:
         """Written by the gloo recorder: no send or recv, no completion recorded."""
         return any(k.backend == "gloo" for k in self.kinds)
@@ -266,12 +291,14 @@ class EntryColumns(Sequence):
         if index < 0:
             index += len(self.kind)
         k = self.kinds[self.kind[index]]
-        duration = self.duration_ms[index]
+        times = _NO_TIMES
+        if self.has_times:
+            duration = self.duration_ms[index]
+            times = (self.time_created_ns[index] or None, self.time_started_ns[index] or None,
+                     self.time_completed_ns[index] or None, None if duration is None else _duration(duration))
         return Entry(self.rank, index, self.record_id[index], k.pg_name, k.pg_desc, self.collective_seq_id[index],
                      self.p2p_seq_id[index], k.op, k.backend, k.input_sizes, k.output_sizes, k.input_dtypes,
-                     k.output_dtypes, self.states[self.state[index]], k.is_p2p, self.time_created_ns[index] or None,
-                     self.time_started_ns[index] or None, self.time_completed_ns[index] or None,
-                     None if duration is None else _duration(duration), self.stack_id[index])
+                     k.output_dtypes, self.states[self.state[index]], k.is_p2p, *times, self.stack_id[index])
 
     def __iter__(self) -> Iterator[Entry]:
         """Every entry, built by C-level maps over the columns (a Python call per entry only for
@@ -285,15 +312,19 @@ class EntryColumns(Sequence):
     def _built(self, indices: Sequence[int], take: Callable[[Sequence], Sequence]) -> Iterator[Entry]:
         kinds = list(map(self.kinds.__getitem__, take(self.kind)))
         part = [map(itemgetter(i), kinds) for i in range(len(Kind._fields))]
-        none_if_zero = {0: None}.get
-        durations = take(self.duration_ms)
-        if not isinstance(self.duration_ms, array) or any(map(isnan, self.duration_ms)):
-            durations = map(_duration, durations)
-        created, started, completed = take(self.time_created_ns), take(self.time_started_ns), take(self.time_completed_ns)
+        if self.has_times:
+            none_if_zero = {0: None}.get
+            durations = take(self.duration_ms)
+            if not isinstance(self.duration_ms, array) or any(map(isnan, self.duration_ms)):
+                durations = map(_duration, durations)
+            created, started, completed = (map(none_if_zero, column, column) for column in map(
+                take, (self.time_created_ns, self.time_started_ns, self.time_completed_ns)))
+        else:
+            created, started, completed, durations = (repeat(None, len(indices)) for _ in range(4))
         return map(Entry, repeat(self.rank, len(indices)), indices, take(self.record_id), part[0], part[1],
                    take(self.collective_seq_id), take(self.p2p_seq_id), part[2], part[3], part[5], part[6], part[7], part[8],
-                   map(self.states.__getitem__, take(self.state)), part[4], map(none_if_zero, created, created),
-                   map(none_if_zero, started, started), map(none_if_zero, completed, completed), durations, take(self.stack_id))
+                   map(self.states.__getitem__, take(self.state)), part[4], created, started, completed, durations,
+                   take(self.stack_id))
 
     def __reversed__(self) -> Iterator[Entry]:
         return map(self.__getitem__, reversed(range(len(self.kind))))
