@@ -158,3 +158,27 @@ def test_a_group_with_another_desc_is_a_different_job(tmp_path, capsys):
     said = _refused(tmp_path / "a", tmp_path / "b", capsys)
     assert said.endswith("are not one job dumped twice: group pg 1 is tp in A and dp in B; compare two dump sets of one "
                          "job, the earlier first")
+
+
+@pytest.mark.parametrize("pair", ["twice_hang_rank2", "twice_healthy"])
+def test_the_times_are_loaded_for_timing_only_and_the_rest_reads_the_same_without_them(pair, tmp_path, capsys, monkeypatch):
+    from frtrace import api
+
+    load_dumps, loads = api.load_dumps, []
+
+    def spied(*args, forced=None, **kw):
+        kw["times"] = kw.get("times", True) if forced is None else forced
+        loads.append(kw["times"])
+        return load_dumps(*args, **kw)
+
+    def run(*extra, forced=None) -> str:
+        monkeypatch.setattr(api, "load_dumps", lambda *args, **kw: spied(*args, forced=forced, **kw))
+        loads.clear()
+        code = main(["compare", str(PAIRS / pair / "a"), str(PAIRS / pair / "b"), "--json", "-", *extra])
+        return f"{code}\n{capsys.readouterr().out}"
+
+    without = run()
+    assert loads == [False, False]
+    assert run(forced=True) == without and loads == [True, True]
+    timed = run("--timing")
+    assert loads == [True, True] and '"timing": [' in timed and '"timing": null' in without

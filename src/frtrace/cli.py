@@ -642,7 +642,7 @@ def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
             if len(files) == 2 and files[0] == files[1]:  # before reading B: it is A
                 raise UsageError(f"{display_path(options.earlier)} and {display_path(options.later)} are the same dump set "
                                  "(the same files): nothing can have moved between them; pass a set taken later as B")
-            sets.append(load_set(discovery, path, options.prefix, err, jobs=options.jobs))
+            sets.append(load_set(discovery, path, options.prefix, err, jobs=options.jobs, times=options.timing))
     (loaded_a, table_a), (loaded_b, table_b) = sets
     a, b = display_path(options.earlier), display_path(options.later)
     if not loaded_a.dumps.keys() & loaded_b.dumps.keys():
