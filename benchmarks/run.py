@@ -123,12 +123,7 @@ def matrix(args) -> int:
     rows = []
     for ranks in args.ranks:
         for shape in args.shapes:
-            slug = "_".join("".join(c for c in shape if c.isalnum() or c in " -").split())  # "p2p (pp 2)" -> p2p_pp_2
-            data = Path(args.data) / f"matrix-r{ranks}_e{args.entries}-{slug}"
-            if not data.exists():
-                generate = [sys.executable, str(HERE / "generate.py"), str(data), "--ranks", str(ranks), "--entries",
-                            str(args.entries), "--tp", "8", *MATRIX[shape]]
-                subprocess.run(generate, check=True)
+            data = matrix_set(Path(args.data), ranks, args.entries, shape)
             size = sum(f.stat().st_size for f in data.iterdir()) / 2**20
             commands = {"floor": [sys.executable, "-c", FLOOR, str(data)], "frtrace": [args.frtrace, "-d", str(data), "-o", os.devnull]}
             if args.baseline:
@@ -155,6 +150,16 @@ def matrix(args) -> int:
            "CPU x floor", "peak RSS MiB", "exit") + (("wall x baseline", "CPU x baseline", "baseline RSS MiB", "baseline exit")
                                                     if args.baseline else ()), rows)
     return 0
+
+
+def matrix_set(root: Path, ranks: int, entries: int, shape: str) -> Path:
+    """The folder of one shape's dump set under `root`, generated the first time it is asked for."""
+    slug = "_".join("".join(c for c in shape if c.isalnum() or c in " -").split())  # "p2p (pp 2)" -> p2p_pp_2
+    data = root / f"matrix-r{ranks}_e{entries}-{slug}"
+    if not data.exists():
+        subprocess.run([sys.executable, str(HERE / "generate.py"), str(data), "--ranks", str(ranks), "--entries",
+                        str(entries), "--tp", "8", *MATRIX[shape]], check=True)
+    return data
 
 
 def table(headers: tuple, rows: list[tuple]) -> None:
