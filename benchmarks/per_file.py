@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         rows.append((shape, len(files), f"{statistics.median(loads):.2f}", f"{statistics.median(workers):.2f}",
                      f"{statistics.median(ratios):.2f}", f"{min(workers) / min(loads):.2f}"))
         print(*rows[-1], sep="  ", file=sys.stderr)
-    table(("shape", "files", "load ms", "worker ms", "x load (median of files)", "x load (fastest of each)"), rows)
+    table(("shape", "files", "load ms", "worker ms", "x load (median of files)", "fastest worker / fastest load"), rows)
     return 0
 
 
