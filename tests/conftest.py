@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import random
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -78,25 +76,6 @@ def peak_of_run(argv: list[str], timeout: float = 300) -> tuple[subprocess.Compl
     probe = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, timeout=timeout, check=True)
     code, out, err, peak_kb = pickle.loads(probe.stdout)
     return subprocess.CompletedProcess(argv, code, out, err), peak_kb * 1024
-
-
-def unused_port() -> int:
-    """A port nobody listens on, for a store a process started later will host. Drawn below the
-    kernel's ephemeral range: bind(0) and every outgoing connection draw from that range, so a port
-    taken from it can be someone else's by the time the store binds it (EADDRINUSE in CI)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    for _ in range(100):
-        port = random.randrange(max(1024, low - 12000), low - 1)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
 
 
 def scenario_dirs() -> list[Path]:

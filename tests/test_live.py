@@ -19,7 +19,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import FIXTURES, unused_port
+from conftest import FIXTURES
+from frtrace.replay.runner import unused_port
 from frtrace.outputs.report import schema_text
 from frtrace.cli import main
 from frtrace.errors import UsageError

@@ -9,13 +9,16 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import scenario_dirs, unused_port
+from conftest import scenario_dirs
+from frtrace.replay import runner
+from frtrace.replay.runner import unused_port
 from frtrace.cli import main
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -64,6 +67,36 @@ def plan_of(fixture: str, tmp_path: Path, mode: str = "as-recorded") -> dict:
     out = tmp_path / mode
     assert main(["replay", str(FIXTURES / fixture), "-o", str(out), f"--{mode}"]) == 0
     return json.loads((out / "plan.json").read_text())
+
+
+@pytest.mark.parametrize("start", [32768, 20000, 5000])
+def test_the_runners_ports_are_drawn_below_the_ephemeral_range(start, tmp_path, monkeypatch):
+    # bind(0) hands out ports of the ephemeral range, which any outgoing connection may take before
+    # the rank hosting the store binds it: a replay hung in CI so, its other ranks stuck in TCPStore
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text(f"{start}\t60999\n")
+    monkeypatch.setattr(runner, "_EPHEMERAL_PORTS", str(ranges))
+    for _ in range(20):
+        port = unused_port()
+        assert max(1024, start - 12000) <= port < start
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))  # free: the store can bind it
+
+
+@pytest.mark.parametrize("text", ["1024\t60999\n", "", "not ports"])
+def test_without_room_below_the_ephemeral_range_or_a_readable_range_a_port_is_still_given(text, tmp_path, monkeypatch):
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text(text)
+    monkeypatch.setattr(runner, "_EPHEMERAL_PORTS", str(ranges))
+    port = unused_port()
+    assert 1024 <= port < 65536
+    if text.startswith("1024"):  # nothing below: the kernel's own choice, from its real range
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        assert low <= port <= high
+    else:  # unreadable: below Linux's default start
+        assert 20768 <= port < 32768
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
 
 
 def test_the_plan_holds_each_ranks_recorded_ops_in_order(tmp_path):

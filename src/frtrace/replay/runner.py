@@ -21,6 +21,7 @@ import importlib.util
 import json
 import math
 import os
+import random
 import socket
 import sys
 import time
@@ -132,8 +133,30 @@ def _timeout(text: str) -> float:
     return value
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
+_EPHEMERAL_PORTS = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def unused_port() -> int:
+    """A port nobody listens on, for a store or rendezvous that a rank binds a moment later.
+
+    Drawn below the kernel's ephemeral range where there is room: bind(0) and every outgoing
+    connection draw from that range, so a port taken from it can be another connection's by the
+    time the rank binds it. The rank hosting the store then fails, and the others wait on a port
+    nobody serves, or connect to their own: a replay hung so, its ranks stuck in TCPStore."""
+    try:
+        low = int(Path(_EPHEMERAL_PORTS).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default start, where the range cannot be read
+    below = range(max(1024, low - 12000), low)
+    for _ in range(100 if below else 0):
+        port = random.choice(below)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # taken: another try
+                continue
+            return port
+    with socket.socket() as sock:  # no room below the range (it starts at 1024), or none free there
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
@@ -328,11 +351,11 @@ def main(argv=None) -> int:
         return _finish(plan, [failed] if failed else [], dumps, logs, ranks=f"rank {rank}")
     import torch.multiprocessing as mp
 
-    port = _free_port()
+    port = unused_port()
     # gloo on CPU: forked ranks share the parent's imported torch (seconds saved per rank); CUDA needs spawn
     method = "fork" if args.backend == "gloo" else "spawn"
     context = mp.start_processes(_rank_main, args=(plan, args.backend, args.timeout, str(dumps), f"tcp://127.0.0.1:{port}",
-                                                   "127.0.0.1", _free_port(), str(logs)),
+                                                   "127.0.0.1", unused_port(), str(logs)),
                                  nprocs=plan["world_size"], join=False, start_method=method)
     for process in context.processes:  # one by one: a rank that dies must not take the others down
         process.join()
