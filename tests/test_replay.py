@@ -83,6 +83,15 @@ def test_the_runners_ports_are_drawn_below_the_ephemeral_range(start, tmp_path, 
             sock.bind(("127.0.0.1", port))  # free: the store can bind it
 
 
+def test_the_store_port_is_never_the_rendezvous_port(tmp_path, monkeypatch):
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("1030\t60999\n")  # six ports below the range: the same one drawn often
+    monkeypatch.setattr(runner, "_EPHEMERAL_PORTS", str(ranges))
+    for _ in range(50):
+        first = unused_port()
+        assert unused_port(besides=first) != first
+
+
 @pytest.mark.parametrize("text", ["1024\t60999\n", "", "not ports"])
 def test_without_room_below_the_ephemeral_range_or_a_readable_range_a_port_is_still_given(text, tmp_path, monkeypatch):
     ranges = tmp_path / "ip_local_port_range"

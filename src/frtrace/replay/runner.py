@@ -136,8 +136,9 @@ def _timeout(text: str) -> float:
 _EPHEMERAL_PORTS = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
-def unused_port() -> int:
-    """A port nobody listens on, for a store or rendezvous that a rank binds a moment later.
+def unused_port(besides: int | None = None) -> int:
+    """A port nobody listens on, for a store or rendezvous that a rank binds a moment later, and
+    not `besides` (a port drawn for another of the same job, not bound yet either).
 
     Drawn below the kernel's ephemeral range where there is room: bind(0) and every outgoing
     connection draw from that range, so a port taken from it can be another connection's by the
@@ -150,6 +151,8 @@ def unused_port() -> int:
     below = range(max(1024, low - 12000), low)
     for _ in range(100 if below else 0):
         port = random.choice(below)
+        if port == besides:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
@@ -355,7 +358,7 @@ def main(argv=None) -> int:
     # gloo on CPU: forked ranks share the parent's imported torch (seconds saved per rank); CUDA needs spawn
     method = "fork" if args.backend == "gloo" else "spawn"
     context = mp.start_processes(_rank_main, args=(plan, args.backend, args.timeout, str(dumps), f"tcp://127.0.0.1:{port}",
-                                                   "127.0.0.1", unused_port(), str(logs)),
+                                                   "127.0.0.1", unused_port(besides=port), str(logs)),
                                  nprocs=plan["world_size"], join=False, start_method=method)
     for process in context.processes:  # one by one: a rank that dies must not take the others down
         process.join()
