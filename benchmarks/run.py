@@ -16,17 +16,22 @@ and CPU ratios (CPU: user + system of the whole process tree), and frtrace's pea
 --baseline (another frtrace command, e.g. a script running an older checkout with
 PYTHONPATH=old/src python -m frtrace) each repeat runs floor, baseline and frtrace in alternating
 order, and the table adds frtrace's wall and CPU ratios to the baseline's, pair by pair.
+
+Every tool runs as an installed one would: with its modules' bytecode cached (see installed_env),
+each command once untimed first.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import platform
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,11 +56,34 @@ MATRIX = {
 }
 
 
+def installed_env() -> dict[str, str]:
+    """The environment for the timed commands: Python caches the bytecode of the modules it
+    imports, in a folder of this run's own, as an installed frtrace has it (pip compiles a
+    package's modules when it installs it). Without it, an editable install where
+    PYTHONDONTWRITEBYTECODE is set (this machine sets it) compiles every module of frtrace from
+    source in every run: 60 ms of CPU a run here, 6% of a 256-rank set's floor. A command's first
+    run fills the cache: each is run once untimed before it is timed (see warm_up)."""
+    cache = tempfile.mkdtemp(prefix="frtrace-bench-pycache-")
+    atexit.register(shutil.rmtree, cache, True)
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": cache}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+ENV = installed_env()
+
+
+def warm_up(commands: list[list[str]]) -> None:
+    """Each command once, untimed: its bytecode cached, the files it reads in the page cache."""
+    for argv in commands:
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+
+
 def measure(argv: list[str]) -> tuple[float, float, int, float]:
     """Wall seconds, peak RSS in MiB (largest process of the tree), exit code, CPU seconds (user
     + system of the process and the children it waited for)."""
     start = time.perf_counter()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
     return elapsed, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
@@ -104,6 +132,7 @@ def main(argv=None) -> int:
         if args.torchfrtrace and ranks <= args.torchfrtrace_max_ranks:
             tools["torchfrtrace"] = [args.torchfrtrace, str(data), "-o", os.devnull]
         runs: dict[str, list[tuple[float, float, int, float]]] = {name: [] for name in tools}
+        warm_up(list(tools.values()))
         for _ in range(args.repeat):
             for name, command in tools.items():
                 runs[name].append(measure(command))
@@ -129,6 +158,7 @@ def matrix(args) -> int:
             if args.baseline:
                 commands["baseline"] = [args.baseline, "-d", str(data), "-o", os.devnull]
             results: dict[str, list] = {name: [] for name in commands}
+            warm_up(list(commands.values()))
             for i in range(args.repeat):
                 for name in list(commands)[:: 1 if i % 2 == 0 else -1]:  # alternating order: neither always runs first
                     results[name].append(measure(commands[name]))
