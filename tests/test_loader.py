@@ -594,6 +594,29 @@ def test_a_frame_that_is_not_a_plain_dict_of_its_fields_goes_to_the_careful_path
     assert fastpath.fast_columns(entries, 0, {}) is None
 
 
+@pytest.mark.parametrize("field", ["op", "state"])
+def test_a_name_or_state_past_the_text_cap_goes_to_the_careful_path_which_cuts_it(field):
+    from frtrace.reading import fastpath
+    from frtrace.reading.limits import MAX_TEXT
+
+    long = "x" * (MAX_TEXT + 1)
+    raw = make_dump([entry(seq=1, backend=""), entry(seq=2, backend="", **{field: long})])
+    assert fastpath.fast_columns(raw["entries"], 0, {}) is None
+    shown = getattr(normalize(raw, 0, "nccl_trace_rank_0", "pickle").entries[1], field)
+    assert shown == "x" * MAX_TEXT + "..."
+
+
+def test_times_never_recorded_read_as_zeros_and_durations_as_not_recorded():
+    from frtrace.reading import fastpath
+
+    raw = make_dump([entry(seq=s, time_created_ns=None, duration_ms=None) for s in (1, 2, 3)])
+    columns = fastpath.fast_columns(raw["entries"], 0, {})
+    for name in ("time_created_ns", "time_started_ns", "time_completed_ns"):
+        assert getattr(columns, name).tolist() == [0, 0, 0] and getattr(columns, name).typecode == "q"
+    assert columns.duration_ms.typecode == "d" and all(d != d for d in columns.duration_ms)  # NaN
+    assert [e.time_created_ns for e in columns] == [None] * 3 and [e.duration_ms for e in columns] == [None] * 3
+
+
 @pytest.mark.parametrize("line", [3.0, True], ids=["a-float-line", "a-bool-line"])
 def test_a_line_equal_to_its_kind_s_first_entry_s_but_not_an_int_goes_to_the_careful_path(line):
     # the fast path compares each entry's frames with its kind's first entry's (==): 3.0 == 3 and

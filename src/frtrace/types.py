@@ -139,7 +139,10 @@ def small_int_column(values: Iterable[int], top: int | None = None) -> Sequence[
 
 def time_column(values: Sequence) -> Sequence[int]:
     """Timestamps with 0 for "not recorded" (None too: JSON writes 0 for unset)."""
-    if None in values:
+    unset = values.count(None)
+    if unset == len(values):  # a time the writer never records (gloo's started): zeros, made in C
+        return array("q", bytes(8 * unset))
+    if unset:
         values = [v or 0 for v in values]
     return int_column(values, narrow=False)  # nanoseconds since 1970 take 8 bytes: not tried in 4
 
@@ -206,7 +209,10 @@ def once_per_object(values_of: dict[Any, Any], make: Callable[[Any], Any]) -> di
 
 def float_column(values: Sequence) -> Sequence[float]:
     """Floats in an array, NaN for None."""
-    if None in values:
+    unset = values.count(None)
+    if unset == len(values):  # gloo writes no duration
+        return array("d", [_NAN]) * unset
+    if unset:
         values = [_NAN if v is None else v for v in values]
     try:
         return array("d", values)

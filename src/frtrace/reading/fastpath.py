@@ -83,8 +83,7 @@ def _keys(values: Iterable, budget: int) -> list[bytes] | None:
 _FAST_KEYS = ("record_id", "process_group", "collective_seq_id", "p2p_seq_id", "profiling_name",
               "input_sizes", "output_sizes", "input_dtypes", "output_dtypes", "state", "is_p2p")
 _FAST_OPTIONAL = ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns", "duration_ms", "frames")
-_fetch = itemgetter(*_FAST_KEYS)
-_fetch_all = itemgetter(*_FAST_KEYS, *_FAST_OPTIONAL)
+_ALL_KEYS = _FAST_KEYS + _FAST_OPTIONAL
 _INT = {int}
 _LIST = {list}
 _NO_FRAMES: list = []
@@ -95,13 +94,19 @@ _frame_line = itemgetter("line")
 
 
 def _fields(raw_entries: list) -> list[tuple] | None:
-    """The fields of every entry, one tuple per field; None when an entry is not a dict with them."""
+    """The fields of every entry, one tuple per field; None when an entry is not a dict with them.
+
+    Looked up by the dump's own key objects where its first entry has them: a pickle writes each
+    key once and refers back to it (PyTorch's too), so each look-up finds its key by identity,
+    not by comparing the strings (a tenth of the look-ups' cost)."""
+    first = raw_entries[0]
+    own = dict(zip(first, first)) if type(first) is dict else {}
     try:
-        return list(zip(*map(_fetch_all, raw_entries)))
+        return list(zip(*map(itemgetter(*map(own.get, _ALL_KEYS, _ALL_KEYS)), raw_entries)))
     except (KeyError, TypeError):
         pass
     try:  # the optional fields missing from some or all entries (gloo writes no duration_ms)
-        columns = list(zip(*map(_fetch, raw_entries)))
+        columns = list(zip(*map(itemgetter(*map(own.get, _FAST_KEYS, _FAST_KEYS)), raw_entries)))
         return columns + [tuple(map(methodcaller("get", key), raw_entries)) for key in _FAST_OPTIONAL]
     except (KeyError, TypeError, AttributeError):
         return None
@@ -118,12 +123,12 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     (record_ids, groups, coll_seqs, p2p_seqs, names, sizes_in, sizes_out, dtypes_in, dtypes_out, states, p2p_flags,
      created, started, completed, durations, frames) = fields
 
+    # names are checked with their kinds (_kind), states' lengths once each (a name equals only a str)
     if not (set(map(type, coll_seqs)) <= _INT and set(map(type, p2p_seqs)) <= _INT
             and set(map(type, record_ids)) <= _OPTIONAL_INT and set(map(type, p2p_flags)) <= {bool}
             and set(map(type, created)) <= _OPTIONAL_INT and set(map(type, started)) <= _OPTIONAL_INT
             and set(map(type, completed)) <= _OPTIONAL_INT and set(map(type, durations)) <= _NUMBER
-            and set(map(type, names)) <= {str} and set(map(type, states)) <= {str}
-            and max(map(len, names)) <= MAX_TEXT and max(map(len, states)) <= MAX_TEXT):
+            and set(map(type, states)) <= {str}):
         return None
     numbers = [int_column(record_ids), int_column(coll_seqs), int_column(p2p_seqs),
                time_column(created), time_column(started), time_column(completed), float_column(durations)]
@@ -134,6 +139,8 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
         return None
     kinds, kind_codes = found
     state_of = {state: number for number, state in enumerate(dict.fromkeys(states))}
+    if max(map(len, state_of)) > MAX_TEXT:
+        return None
     stack_ids = _fast_stacks(frames, kind_codes, stacks)
     if stack_ids is None:
         return None
@@ -175,27 +182,54 @@ def _kind_codes(rows: list[tuple], sizes: tuple[Sequence, Sequence]) -> tuple[tu
     if firsts is None or not (reader.light(firsts) and reader.light(lasts)):  # no step to compare across: each row is read
         others = reader.codes(range(count - 1))
         return None if others is None else _numbered(list(reader.kinds), others + last)
+    apart = _apart(rows, step)
+    if not apart:  # each row its counterpart's code: the first step's codes, repeated
+        if not _int_shapes(sizes):
+            return None
+        kinds, first_codes = _numbered(list(reader.kinds), firsts)
+        return kinds, (first_codes * (count // step + 1))[:count]
     codes = (firsts * (count // step + 1))[:count]  # each row's, where it equals its counterpart in the first step
-    same = bytes(map(eq, rows[step:], rows[:step] * (count // step)))  # rows past the first step, in order
-    apart = [*compress(range(step, count), map(not_, same))]
-    if apart:
-        ends = rows[count - step:]
-        at_end = [(position - count) % step for position in apart]  # counterparts in the last step
-        again = bytes(map(eq, map(rows.__getitem__, apart), map(ends.__getitem__, at_end)))
-        for position, end, equal in zip(apart, at_end, again):
-            if equal:
-                codes[position] = lasts[end]
-        rest = [position for position, equal in zip(apart, again) if not equal]
-        if rest:
-            own = reader.codes(rest)
-            if own is None:
-                return None
-            for position, code in zip(rest, own):
-                codes[position] = code
-    shapes = chain.from_iterable(map(chain.from_iterable, sizes))
-    if not set(map(type, chain.from_iterable(shapes))) <= _INT:
-        return None  # a shape equal to one read (at most MAX_DIMS numbers each), but not of ints
+    ends = rows[count - step:]
+    at_end = [(position - count) % step for position in apart]  # counterparts in the last step
+    again = bytes(map(eq, map(rows.__getitem__, apart), map(ends.__getitem__, at_end)))
+    for position, end, equal in zip(apart, at_end, again):
+        if equal:
+            codes[position] = lasts[end]
+    rest = [position for position, equal in zip(apart, again) if not equal]
+    if rest:
+        own = reader.codes(rest)
+        if own is None:
+            return None
+        for position, code in zip(rest, own):
+            codes[position] = code
+    if not _int_shapes(sizes):
+        return None
     return _numbered(list(reader.kinds), codes)
+
+
+def _int_shapes(sizes: tuple[Sequence, Sequence]) -> bool:
+    """Whether every number of the shapes of two size columns is an int: a shape equal to one
+    read (at most MAX_DIMS numbers each) may hold a float or a bool equal to its int."""
+    shapes = chain.from_iterable(map(chain.from_iterable, sizes))
+    return set(map(type, chain.from_iterable(shapes))) <= _INT
+
+
+_CHUNK = 256  # rows compared with their counterparts as one list: only a chunk that differs is compared row by row
+
+
+def _apart(rows: list[tuple], step: int) -> list[int]:
+    """The positions of the rows past the first step that differ from their counterpart in it
+    (the row `step`, 2 x `step`, ... rows before). A chunk of rows equal to its counterparts,
+    as nearly all are, is compared as one list (in C, no value made per row); the rows of a
+    chunk that differs are compared one by one."""
+    count = len(rows)
+    counterparts = (rows[:step] * (count // step))[:count - step]
+    apart: list[int] = []
+    for start in range(0, count - step, _CHUNK):
+        mine, theirs = rows[step + start:step + start + _CHUNK], counterparts[start:start + _CHUNK]
+        if mine != theirs:
+            apart += compress(range(step + start, step + start + len(mine)), map(not_, map(eq, mine, theirs)))
+    return apart
 
 
 def _numbered(kinds: list[Kind], codes: list[int]) -> tuple[tuple[Kind, ...], Sequence[int]]:
@@ -274,7 +308,7 @@ def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dt
                    for shape in sizes):
             return None
         shapes.append(tuple(map(tuple, sizes)))
-    texts = [*group, *dtypes_in, *dtypes_out]
+    texts = [name, *group, *dtypes_in, *dtypes_out]
     if not all(type(t) is str and len(t) <= MAX_TEXT for t in texts):
         return None
     backend, op = split_profiling_name(clean_text(name))
@@ -293,16 +327,17 @@ def _fast_stacks(frames: tuple, kinds: Sequence[int], stacks: dict[tuple[Frame, 
     and makes its stack. PyTorch writes every entry its own list: see _codes_by_first_of_kind."""
     if not set(map(type, filter(None, frames))) <= _LIST:
         return None
-    lists = [frame_list or _NO_FRAMES for frame_list in frames]
-    by_id = dict(zip(map(id, lists), lists))  # each distinct list object once
+    lists = frames if all(frames) else [frame_list or _NO_FRAMES for frame_list in frames]
+    ids = list(map(id, lists))
+    by_id = dict(zip(ids, lists))  # each distinct list object once
     shared = _SHARED_LISTS * len(by_id) <= len(lists)
     if shared and not stacks:  # read in the order of the entries: numbered as `stacks` numbers them
         code_by_id = _stack_codes(by_id, len(lists), stacks)
-        return None if code_by_id is None else small_int_column(map(code_by_id.__getitem__, map(id, lists)), len(stacks) - 1)
+        return None if code_by_id is None else small_int_column(map(code_by_id.__getitem__, ids), len(stacks) - 1)
     local: dict[tuple[Frame, ...], int] = {}  # the dump's stacks, numbered as met here
     if shared:
         code_by_id = _stack_codes(by_id, len(lists), local)
-        codes = None if code_by_id is None else array("i", map(code_by_id.__getitem__, map(id, lists)))
+        codes = None if code_by_id is None else array("i", map(code_by_id.__getitem__, ids))
     else:
         codes = _codes_by_first_of_kind(lists, by_id, kinds, local)
     if codes is None:
