@@ -14,7 +14,7 @@ from math import inf
 from array import array
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, repeat
-from operator import eq, itemgetter, methodcaller, not_
+from operator import eq, is_, itemgetter, methodcaller, not_
 from typing import Any
 
 from ..errors import printable
@@ -123,7 +123,7 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     (record_ids, groups, coll_seqs, p2p_seqs, names, sizes_in, sizes_out, dtypes_in, dtypes_out, states, p2p_flags,
      created, started, completed, durations, frames) = fields
 
-    # names are checked with their kinds (_kind), states' lengths once each (a name equals only a str)
+    # names are checked once per kind (_kind: a row equal to a read one holds equal strings), states' lengths once per state
     if not (set(map(type, coll_seqs)) <= _INT and set(map(type, p2p_seqs)) <= _INT
             and set(map(type, record_ids)) <= _OPTIONAL_INT and set(map(type, p2p_flags)) <= {bool}
             and set(map(type, created)) <= _OPTIONAL_INT and set(map(type, started)) <= _OPTIONAL_INT
@@ -137,11 +137,11 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     found = _kind_codes(list(zip(groups, names, p2p_flags, sizes_in, sizes_out, dtypes_in, dtypes_out)), (sizes_in, sizes_out))
     if found is None:
         return None
-    kinds, kind_codes = found
+    kinds, kind_codes, step = found
     state_of = {state: number for number, state in enumerate(dict.fromkeys(states))}
     if max(map(len, state_of)) > MAX_TEXT:
         return None
-    stack_ids = _fast_stacks(frames, kind_codes, stacks)
+    stack_ids = _fast_stacks(frames, kind_codes, stacks, step)
     if stack_ids is None:
         return None
     return EntryColumns(
@@ -151,11 +151,12 @@ def fast_columns(raw_entries: list, rank: int, stacks: dict[tuple[Frame, ...], i
     )
 
 
-def _kind_codes(rows: list[tuple], sizes: tuple[Sequence, Sequence]) -> tuple[tuple[Kind, ...], Sequence[int]] | None:
+def _kind_codes(rows: list[tuple], sizes: tuple[Sequence, Sequence]) -> tuple[tuple[Kind, ...], Sequence[int], int] | None:
     """The kinds of entries whose rows (group, name, is_p2p, sizes and dtypes in and out) are
-    `rows`, numbered in order of first appearance, and each entry's code; None where a value is
-    not what a dump holds (see _kind) or the keys pass their budget. `sizes` are the rows' sizes
-    in and out, as two columns.
+    `rows`, numbered in order of first appearance, each entry's code, and the length of the
+    step that every row repeats (0 where some row does not); None where a value is not what a
+    dump holds (see _kind) or the keys pass their budget. `sizes` are the rows' sizes in and
+    out, as two columns.
 
     A training step repeats the ops of the step before. The last row is read first, and `step`
     is how far back its equal is; the first step's rows and the last step's are read, and every
@@ -181,13 +182,13 @@ def _kind_codes(rows: list[tuple], sizes: tuple[Sequence, Sequence]) -> tuple[tu
             return None
     if firsts is None or not (reader.light(firsts) and reader.light(lasts)):  # no step to compare across: each row is read
         others = reader.codes(range(count - 1))
-        return None if others is None else _numbered(list(reader.kinds), others + last)
+        return None if others is None else (*_numbered(list(reader.kinds), others + last), 0)
     apart = _apart(rows, step)
     if not apart:  # each row its counterpart's code: the first step's codes, repeated
         if not _int_shapes(sizes):
             return None
         kinds, first_codes = _numbered(list(reader.kinds), firsts)
-        return kinds, (first_codes * (count // step + 1))[:count]
+        return kinds, (first_codes * (count // step + 1))[:count], step
     codes = (firsts * (count // step + 1))[:count]  # each row's, where it equals its counterpart in the first step
     ends = rows[count - step:]
     at_end = [(position - count) % step for position in apart]  # counterparts in the last step
@@ -204,7 +205,7 @@ def _kind_codes(rows: list[tuple], sizes: tuple[Sequence, Sequence]) -> tuple[tu
             codes[position] = code
     if not _int_shapes(sizes):
         return None
-    return _numbered(list(reader.kinds), codes)
+    return (*_numbered(list(reader.kinds), codes), 0)
 
 
 def _int_shapes(sizes: tuple[Sequence, Sequence]) -> bool:
@@ -317,17 +318,23 @@ def _kind(group: Any, name: str, is_p2p: bool, sizes_in: Any, sizes_out: Any, dt
                 tuple(dtype_name(clean_text(d)) for d in dtypes_in), tuple(dtype_name(clean_text(d)) for d in dtypes_out))
 
 
-def _fast_stacks(frames: tuple, kinds: Sequence[int], stacks: dict[tuple[Frame, ...], int]) -> array | None:
+def _fast_stacks(frames: tuple, kinds: Sequence[int], stacks: dict[tuple[Frame, ...], int], step: int = 0) -> array | None:
     """Each entry's stack id, new stacks added to `stacks` in order of first appearance; None where
-    a frame is not a plain dict of name, filename and line.
+    a frame is not a plain dict of name, filename and line. `step`: the length of a training step
+    that every entry's kind repeats (0: none).
 
     A pickle may share one list of frames between entries: then each distinct list is read. Each
     read list is marshalled into a bytes key (in C; no raw value is hashed, so a deeply nested one
     cannot crash the hash), and a Python step runs once per distinct key, which checks its frames
-    and makes its stack. PyTorch writes every entry its own list: see _codes_by_first_of_kind."""
+    and makes its stack. PyTorch writes every entry its own list: see _codes_by_first_of_kind.
+    Where the kinds repeat a step, the stacks nearly always do too: see _repeated_stacks."""
     if not set(map(type, filter(None, frames))) <= _LIST:
         return None
     lists = frames if all(frames) else [frame_list or _NO_FRAMES for frame_list in frames]
+    if step and not stacks:
+        codes = _repeated_stacks(lists, step, stacks)
+        if codes is not None:
+            return codes  # else the first step's stacks stay numbered: the first entries' numbers either way
     ids = list(map(id, lists))
     by_id = dict(zip(ids, lists))  # each distinct list object once
     shared = _SHARED_LISTS * len(by_id) <= len(lists)
@@ -364,6 +371,33 @@ def _translated(codes: bytes, mapping: dict[int, int]) -> array:
 
 
 _SHARED_LISTS = 4  # at most a quarter as many lists as entries: a pickle that shares them
+
+
+def _repeated_stacks(lists: Sequence[list], step: int, stacks: dict[tuple[Frame, ...], int]) -> array | None:
+    """The stack ids of entries each of whose lists of frames equals its counterpart's in the
+    first `step` entries (`step` entries back, and so on): the first step's lists are read
+    (numbered into the empty `stacks` in the order of the entries, which is theirs) and the rest
+    compared with them, as one list in C; None where some list differs, or is not one a stack is
+    read from. The same objects (a pickle that shares them) compare by identity and are read
+    once; lists of their own are equal to a checked one, but their lines only as numbers (88.0
+    == 88, True == 1): their types are checked in one pass."""
+    count = len(lists)
+    firsts = lists[:step]
+    code_by_id = _stack_codes(dict(zip(map(id, firsts), firsts)), count, stacks)
+    if code_by_id is None:
+        return None
+    counterparts = (firsts * (count // step))[:count - step]
+    rest = lists[step:]
+    try:
+        if rest != counterparts:
+            return None
+    except RecursionError:  # a checked first list may hold deep values under keys other than a frame's
+        return None
+    if not all(map(is_, rest, counterparts)):
+        if not set(map(type, map(_frame_line, chain.from_iterable(rest)))) <= _INT:
+            return None
+    first_codes = small_int_column(map(code_by_id.__getitem__, map(id, firsts)), len(stacks) - 1)
+    return (first_codes * (count // step + 1))[:count]
 
 
 def _codes_by_first_of_kind(lists: list[list], by_id: dict[int, list], kinds: Sequence[int],
