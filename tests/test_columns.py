@@ -450,6 +450,45 @@ def test_each_call_of_a_coalesced_group_points_at_its_own_collective(wrapped, tm
     assert [(rows[c.collective_id].group_id, rows[c.collective_id].collective_seq_id) for c in calls] == [(c.group_id, s) for c, s in zip(calls, seqs)]
 
 
+P2P_SETS = [p for p in scenario_dirs() if p.name.startswith(("synthetic_p2p", "synthetic_pipeline", "synthetic_coalesced_healthy"))]
+
+
+def _batch_before_the_first_collective(directory: Path) -> Path:
+    """Two ranks: three all_reduces in the world, then in a second group a p2p batch, its end (seq id
+    0: no collective of that group yet) and two all_reduces (#1, #2)."""
+    configs = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}, "1": {"name": "1", "desc": "pp", "ranks": "[0, 1]"}}
+    dumps = {}
+    for rank in (0, 1):
+        p2p = "send 0->1" if rank == 0 else "recv 1<-0"
+        dumps[rank] = make_dump(
+            [entry(seq=s, backend="nccl", state="completed") for s in (1, 2, 3)]
+            + [entry(pg="1", desc="pp", seq=0, op=p2p, backend="nccl", p2p_seq=1, is_p2p=True, state="completed"),
+               entry(pg="1", desc="pp", seq=0, op="coalesced", sizes=(), backend="nccl", p2p_seq=1, state="completed")]
+            + [entry(pg="1", desc="pp", seq=s, backend="nccl", state="completed") for s in (1, 2)], pg_config=configs)
+    return write_dumps(directory, dumps)
+
+
+@pytest.mark.parametrize("scenario", P2P_SETS + ["generated", "batch-first"],
+                         ids=[p.name for p in P2P_SETS] + ["generated-pp2-wrapped", "batch-before-the-first-collective"])
+def test_calls_of_ranks_holding_p2p_ops_read_the_collective_ids_a_look_up_call_by_call_gives(scenario, tmp_path, monkeypatch):
+    # a rank's calls take seq id + their group's offset, and none for a p2p op, where the rank ends
+    # no p2p batch (whose end looks like a collective and is none); else each is looked up
+    import frtrace.builder
+
+    directory = (_generated(tmp_path, pp=2, wrap=True) if scenario == "generated"
+                 else _batch_before_the_first_collective(tmp_path) if scenario == "batch-first" else scenario)
+    _, by_offsets, _ = _analysis_and_db(directory)
+    with monkeypatch.context() as patch:
+        patch.setattr(frtrace.builder, "_offsets_of_kinds", lambda *args: None)
+        _, looked_up, _ = _analysis_and_db(directory)
+    assert list(by_offsets.ncclcalls) == list(looked_up.ncclcalls)
+    ids = by_offsets.ncclcalls.column("collective_id")
+    assert [ids[i] for i in range(len(ids))] == list(looked_up.ncclcalls.column("collective_id"))
+    assert {c.collective_id for c in by_offsets.ncclcalls} >= {None, 0}  # p2p calls and collectives both held
+    if scenario == "batch-first":  # the batch's end has no collective: not the world's #3 (the id before pp's #1)
+        assert [c.collective_id for c in by_offsets.ncclcalls][3:5] == [None, None]
+
+
 def test_collective_ids_follow_seq_ids_only_where_a_group_has_no_gap():
     from frtrace.outputs.collectives_table import CollectiveColumns
     from frtrace.types import Group

@@ -12,6 +12,7 @@ from collections import Counter
 from itertools import repeat
 from typing import IO
 
+from .analysis.size_rules import COALESCED_TERMINATORS
 from .outputs.collectives_table import CollectiveColumns
 from .database import (
     BlockCodes,
@@ -141,14 +142,19 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
 
 
-def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int] | None:
-    """Per kind of a rank's entries, the offset from seq id to collective id; None unless every
-    entry is a collective (or a coalesced group's part) of a group whose collective ids follow its
-    seq ids over a span holding the rank's."""
-    if any(kind.is_p2p for kind in entries.kinds):  # p2p ops have no collective; a p2p batch's end looks like one
+def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int | None] | None:
+    """Per kind of a rank's entries, the offset from seq id to collective id (None for a p2p op:
+    it has none); None unless every other entry is a collective (or a coalesced group's part) of
+    a group whose collective ids follow its seq ids over a span holding the rank's. A rank whose
+    ops hold both a p2p op and a coalesced group's end may end a p2p batch (no collective of its
+    own, though it looks like one): its ids are looked up call by call."""
+    if any(kind.is_p2p for kind in entries.kinds) and any(kind.op in COALESCED_TERMINATORS for kind in entries.kinds):
         return None
-    found = []
+    found: list[int | None] = []
     for kind in entries.kinds:
+        if kind.is_p2p:
+            found.append(None)
+            continue
         group = table.by_rank.get((rank, kind.pg_name))
         if group is None or group not in offsets:
             return None

@@ -218,8 +218,9 @@ class _Blocks(Sequence):
 
 class OffsetIds(_Blocks):
     """Collective ids kept, a rank's calls at a time, as each call's seq id plus its kind's offset
-    (a block of (seq ids, kind codes, offset per kind)), or as ids in an array where a rank's calls
-    do not follow their seq ids (a block of (ids, None, None)); -1 reads as None, as OptionalIds.
+    (a block of (seq ids, kind codes, offset per kind), an offset of None where the kind's calls
+    have no collective: p2p ops), or as ids in an array where a rank's calls do not follow their
+    seq ids (a block of (ids, None, None)); -1 reads as None, as OptionalIds.
 
     Adding them up when the database is built took a C-level map per call, a second at 4096
     ranks; a reader pays it for the ids it reads. The seq ids and kind codes are the dumps' own
@@ -229,8 +230,7 @@ class OffsetIds(_Blocks):
 
     def _raw(self) -> Iterable[int]:
         """Every id in row order, -1 for none: each block's seq ids plus offsets, or its ids."""
-        return chain.from_iterable(numbers if kinds is None else map(add, numbers, map(offsets.__getitem__, kinds))
-                                   for numbers, kinds, offsets in self.blocks)
+        return chain.from_iterable(map(_ids_of_block, self.blocks))
 
     @property
     def values(self) -> array:
@@ -239,11 +239,24 @@ class OffsetIds(_Blocks):
 
     def _read(self, block: tuple, at: int):
         numbers, kinds, offsets = block
-        value = numbers[at] if kinds is None else numbers[at] + offsets[kinds[at]]
+        if kinds is None:
+            value = numbers[at]
+        else:
+            offset = offsets[kinds[at]]
+            value = -1 if offset is None else numbers[at] + offset
         return None if value < 0 else value
 
     def __iter__(self):
         return (None if v < 0 else v for v in self._raw())
+
+
+def _ids_of_block(block: tuple) -> Iterable[int]:
+    numbers, kinds, offsets = block
+    if kinds is None:
+        return numbers
+    if None not in offsets:
+        return map(add, numbers, map(offsets.__getitem__, kinds))
+    return (-1 if offset is None else number + offset for number, offset in zip(numbers, map(offsets.__getitem__, kinds)))
 
 
 class BlockCodes(_Blocks):
