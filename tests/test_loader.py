@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import platform
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -794,6 +796,18 @@ def test_workers_give_the_same_result_as_one_process(tmp_path, monkeypatch):
     assert pools == [2], "the worker pool was not used"
     assert parallel == serial
     assert sorted(parallel.dumps) == list(range(18)) and len(parallel.skipped) == 2
+
+
+@pytest.mark.process
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"), reason="glibc's malloc")
+def test_a_worker_keeps_the_memory_it_frees_between_files():
+    # in a process of its own: the settings stay with the process that makes them (a worker)
+    import subprocess
+
+    code = "from frtrace.reading.workers import keep_heap; print(keep_heap())"
+    said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")})
+    assert said.stdout.strip() == "True", said.stderr
 
 
 @pytest.mark.process

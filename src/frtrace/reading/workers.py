@@ -7,12 +7,37 @@ parser (a C-level recursion) or exhausts its memory ends a worker, and costs tha
 from __future__ import annotations
 
 import signal
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 
 from ..errors import DumpError
 
 _IN_FLIGHT = 2  # files given to a worker ahead of its answers: it never waits for the next one
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+_KEPT_HEAP = 64 << 20  # free memory at the top of a worker's heap kept, not given back, up to this
+_HEAP_BLOCKS = 32 << 20  # blocks up to this size come from the heap (the most glibc documents on 64-bit systems)
+
+
+def keep_heap() -> bool:
+    """Keep the memory a worker frees between files for the next (glibc's malloc; elsewhere
+    nothing is done): True where both settings took.
+
+    A worker parses a file (megabytes of objects), frees all of it, and parses the next. glibc
+    gives the freed top of its heap back to the system whenever it passes 128 kB (or twice the
+    largest block it last unmapped), and the next file takes the pages back, each a page fault and
+    a page zeroed: a 256-rank set of coalesced groups made 1,084 brk calls and 32,800 minor faults
+    in its two workers (strace, getrusage), a fifth of their system time. With the heap kept
+    (and the file's bytes taken from it, not mapped afresh each time), 5,000."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (ImportError, OSError, AttributeError):  # no ctypes, or a C library without mallopt
+        return False
+    return bool(mallopt(_M_TRIM_THRESHOLD, _KEPT_HEAP)) and bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS))
 
 
 def _worker(load: Callable, connection) -> None:
@@ -21,6 +46,7 @@ def _worker(load: Callable, connection) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent while it forked
     for signum in (signal.SIGTERM, signal.SIGHUP):  # a worker stopped by a signal just ends
         signal.signal(signum, signal.SIG_DFL)
+    keep_heap()
     try:
         while (job := connection.recv()) is not None:
             connection.send(load(job))
