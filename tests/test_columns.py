@@ -294,6 +294,38 @@ def _coalesced(seq: int, size: int, odd: int = 1, out_only: bool = False) -> lis
             entry(seq=seq, op="coalesced", sizes=(), state="completed")]
 
 
+def test_ranks_alike_share_their_runs_cut_into_units_and_the_others_are_cut_alone(tmp_path):
+    # 0 and 1 alike; 2 the same ops in another group (other global codes); 3 as 2, its seq ids one
+    # on (a wrapped buffer); 4 as 0, after a world op (other places and seq ids); 5 and 6 the same
+    # seq ids and kinds, a world op between their units (5) or within the second one (6); 7 and 8
+    # alike but for the order of the two all_gathers of 8's second unit
+    from frtrace.analysis.align import Codes, build_tracks
+
+    configs = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3, 4, 5, 6, 7, 8]"},
+               "1": {"name": "1", "desc": "dp", "ranks": "[0, 1, 4]"}, "2": {"name": "2", "desc": "dp", "ranks": "[2, 3]"},
+               "3": {"name": "3", "desc": "dp", "ranks": "[5, 6]"}, "4": {"name": "4", "desc": "dp", "ranks": "[7, 8]"}}
+
+    def units(group: str, seqs) -> list[dict]:
+        return [{**e, "process_group": (group, "dp")} for s in seqs for e in _coalesced(s, {"1": 3}.get(group, 2))]
+
+    world = entry(seq=2, state="completed")
+    held = {0: units("1", (1, 2, 3)), 1: units("1", (1, 2, 3)), 2: units("2", (1, 2, 3)), 3: units("2", (2, 3, 4)),
+            4: [entry(seq=1, state="completed")] + units("1", (1, 2, 3)),
+            5: units("3", (1,)) + [world] + units("3", (2,)), 6: units("3", (1, 2))[:4] + [world] + units("3", (2,))[1:],
+            7: units("4", (1, 2)), 8: units("4", (1,)) + [units("4", (2,))[i] for i in (1, 0, 2)]}
+    loaded = load_dumps(find_dump_files(str(write_dumps(tmp_path, {r: make_dump(e, pg_config=configs) for r, e in held.items()}))))
+    table = resolve_groups(loaded.dumps, loaded.ranks_named, None)
+    codes = Codes(loaded.dumps)
+    cut: dict = {}
+    shared = {rank: build_tracks(dump, table, codes, cut)[0] for rank, dump in loaded.dumps.items()}
+    for rank, dump in loaded.dumps.items():
+        alone = build_tracks(dump, table, codes)[0]
+        assert {g: (t.units, t.unit_kinds) for g, t in shared[rank].items()} == {g: (t.units, t.unit_kinds) for g, t in alone.items()}
+    assert len(cut) == 8
+    dp = [group for group in shared[0] if group.name == "1"][0]
+    assert shared[0][dp].units is shared[1][dp].units and shared[0][dp].units is not shared[4][dp].units
+
+
 @pytest.mark.parametrize("odd_rank", [None, 0, 2], ids=["alike", "lowest-differs", "one-differs"])
 def test_coalesced_groups_every_rank_holds_alike_are_read_without_building_their_entries(odd_rank, tmp_path, monkeypatch):
     # ranks holding the same kinds in a coalesced group need no check entry by entry (GroupView.alike);

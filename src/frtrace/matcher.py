@@ -39,8 +39,9 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     notes = [*notes, *anchoring.notes, *table.warnings]
     tracks_by_rank: dict[int, dict[Group, Track]] = {}
     codes = Codes(dumps)
+    cut: dict = {}  # coalesced runs cut into units, shared by the ranks alike
     for rank, dump in dumps.items():
-        tracks_by_rank[rank], rank_notes = build_tracks(dump, table, codes)
+        tracks_by_rank[rank], rank_notes = build_tracks(dump, table, codes, cut)
         notes.extend(rank_notes)
         notes.extend(f"{display_path(dump.path)}: {n}" for n in dump.notes)
     tracking = {rank: tracks_completion(dump) for rank, dump in dumps.items()}

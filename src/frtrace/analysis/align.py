@@ -8,6 +8,7 @@ ring buffer)."""
 from __future__ import annotations
 
 import re
+from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -226,9 +227,10 @@ def _maps(values_of: dict[int, tuple], ids: dict) -> dict[int, list[int]]:
     return once_per_object(values_of, lambda values: [ids.setdefault(v, len(ids)) for v in values])
 
 
-def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Group, Track], list[str]]:
+def build_tracks(dump: Dump, table: GroupTable, codes: Codes, cut: dict | None = None) -> tuple[dict[Group, Track], list[str]]:
     """Split one rank's entries by group into tracks: by column where each collective is one
-    entry with the next seq id, else into units (coalesced groups joined) and p2p ops."""
+    entry with the next seq id, else into units (coalesced groups joined) and p2p ops. `cut`:
+    runs already cut into units, shared by the ranks whose runs are alike (see _consecutive_units)."""
     notes: list[str] = []
     tracks: dict[Group, Track] = {}
     columns = dump.entries
@@ -245,14 +247,14 @@ def build_tracks(dump: Dump, table: GroupTable, codes: Codes) -> tuple[dict[Grou
             track = Track(first_seq=run.first_seq, last_seq=run.first_seq + len(run.positions) - 1, entries=columns,
                           positions=run.positions, kinds=codes.kinds_of(rank, run.kinds), states=codes.states_of(rank, run.states))
         else:
-            track = _unit_track(rank, group, columns, run, member, notes, codes.kind_map(rank))
+            track = _unit_track(rank, group, columns, run, member, notes, codes.kind_map(rank), cut)
         if track is not None:
             tracks[group] = track
     return tracks, notes
 
 
 def _unit_track(rank: int, group: Group, columns: EntryColumns, run: runs.Run, member: bool,
-                notes: list[str], kind_map: list[int]) -> Track | None:
+                notes: list[str], kind_map: list[int], cut: dict | None = None) -> Track | None:
     """The track of a group's entries one by one, read from the columns: coalesced groups joined
     into units, p2p ops parsed (once per kind), a p2p batch's terminator giving the batch its
     state. Only the p2p ops' entries are built here."""
@@ -263,7 +265,7 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, run: runs.Run, m
     if not any(kinds[code].is_p2p for code in present):  # collectives only: no p2p op, no batch
         if not member:
             return None
-        found = _consecutive_units(columns, run, kind_map)
+        found = _consecutive_units(columns, run, kind_map, cut, present)
         if found is not None:
             track = Track(entries=columns, units=found[0], unit_kinds=found[1])
             track.first_seq, track.last_seq = next(iter(track.units)), max(track.units)
@@ -318,10 +320,32 @@ def _unit_track(rank: int, group: Group, columns: EntryColumns, run: runs.Run, m
     return track
 
 
-def _consecutive_units(columns: EntryColumns, run: runs.Run, kind_map: list[int]) -> tuple[dict, dict] | None:
+def _consecutive_units(columns: EntryColumns, run: runs.Run, kind_map: list[int], cut: dict | None = None,
+                       present: Iterable[int] = ()) -> tuple[dict, dict] | None:
     """A run of collectives as units (seq id -> its entries' buffer indices, and their global kind
     codes) where each unit's entries are next to each other in the run and no seq id comes back
-    after another's: cut where the seq id changes, by C-level passes. None otherwise."""
+    after another's: cut where the seq id changes, by C-level passes. None otherwise.
+
+    The ranks of a job nearly all hold the same ops in the same places: where `cut` is given, a
+    run is cut once for every rank whose run, seq ids and global codes of the kinds `present` in
+    the run are the same (its key, the columns' bytes, costs a tenth of the cutting), and they
+    share its units, which nobody changes."""
+    key = None
+    positions = run.positions  # an array, or a range where the run is the dump's only group
+    if cut is not None and isinstance(columns.collective_seq_id, array) and isinstance(positions, (array, range)):
+        kinds = run.kinds if isinstance(run.kinds, bytes) else (run.kinds.typecode, run.kinds.tobytes())
+        places = positions.tobytes() if isinstance(positions, array) else (positions.start, positions.stop, positions.step)
+        key = (kinds, places, columns.collective_seq_id.typecode, columns.collective_seq_id.tobytes(),
+               tuple((code, kind_map[code]) for code in sorted(present)))
+        if key in cut:
+            return cut[key]
+    found = _cut_into_units(columns, run, kind_map)
+    if key is not None:
+        cut[key] = found
+    return found
+
+
+def _cut_into_units(columns: EntryColumns, run: runs.Run, kind_map: list[int]) -> tuple[dict, dict] | None:
     seqs = list(map(columns.collective_seq_id.__getitem__, run.positions))
     starts = [0, *compress(range(1, len(seqs)), map(ne, islice(seqs, 1, None), seqs))]
     firsts = list(map(seqs.__getitem__, starts))
