@@ -322,7 +322,7 @@ def test_ranks_alike_share_their_runs_cut_into_units_and_the_others_are_cut_alon
         alone = build_tracks(dump, table, codes)[0]
         assert {g: (t.units, t.unit_kinds) for g, t in shared[rank].items()} == {g: (t.units, t.unit_kinds) for g, t in alone.items()}
     assert len(cut) == 8
-    dp = [group for group in shared[0] if group.name == "1"][0]
+    dp = next(group for group in shared[0] if group.name == "1")
     assert shared[0][dp].units is shared[1][dp].units and shared[0][dp].units is not shared[4][dp].units
 
 

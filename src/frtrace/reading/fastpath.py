@@ -393,9 +393,8 @@ def _repeated_stacks(lists: Sequence[list], step: int, stacks: dict[tuple[Frame,
             return None
     except RecursionError:  # a checked first list may hold deep values under keys other than a frame's
         return None
-    if not all(map(is_, rest, counterparts)):
-        if not set(map(type, map(_frame_line, chain.from_iterable(rest)))) <= _INT:
-            return None
+    if not all(map(is_, rest, counterparts)) and not set(map(type, map(_frame_line, chain.from_iterable(rest)))) <= _INT:
+        return None
     first_codes = small_int_column(map(code_by_id.__getitem__, map(id, firsts)), len(stacks) - 1)
     return (first_codes * (count // step + 1))[:count]
 
