@@ -328,15 +328,15 @@ def _consecutive_units(columns: EntryColumns, run: runs.Run, kind_map: list[int]
 
     The ranks of a job nearly all hold the same ops in the same places: where `cut` is given, a
     run is cut once for every rank whose run, seq ids and global codes of the kinds `present` in
-    the run are the same (its key, the columns' bytes, costs a tenth of the cutting), and they
-    share its units, which nobody changes."""
+    the run (the caller's set of its kind codes, or found here) are the same (its key, the
+    columns' bytes, costs a tenth of the cutting), and they share its units, which nobody changes."""
     key = None
     positions = run.positions  # an array, or a range where the run is the dump's only group
     if cut is not None and isinstance(columns.collective_seq_id, array) and isinstance(positions, (array, range)):
         kinds = run.kinds if isinstance(run.kinds, bytes) else (run.kinds.typecode, run.kinds.tobytes())
         places = positions.tobytes() if isinstance(positions, array) else (positions.start, positions.stop, positions.step)
         key = (kinds, places, columns.collective_seq_id.typecode, columns.collective_seq_id.tobytes(),
-               tuple((code, kind_map[code]) for code in sorted(present)))
+               tuple((code, kind_map[code]) for code in sorted(present or set(run.kinds))))
         if key in cut:
             return cut[key]
     found = _cut_into_units(columns, run, kind_map)
