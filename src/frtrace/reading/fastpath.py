@@ -188,8 +188,8 @@ def _kind_codes(rows: list[tuple], sizes: tuple[Sequence, Sequence]) -> tuple[tu
         if not _int_shapes(sizes):
             return None
         kinds, first_codes = _numbered(list(reader.kinds), firsts)
-        return kinds, (first_codes * (count // step + 1))[:count], step
-    codes = (firsts * (count // step + 1))[:count]  # each row's, where it equals its counterpart in the first step
+        return kinds, _repeated(first_codes, count), step
+    codes = _repeated(firsts, count)  # each row's, where it equals its counterpart in the first step
     ends = rows[count - step:]
     at_end = [(position - count) % step for position in apart]  # counterparts in the last step
     again = bytes(map(eq, map(rows.__getitem__, apart), map(ends.__getitem__, at_end)))
@@ -215,6 +215,12 @@ def _int_shapes(sizes: tuple[Sequence, Sequence]) -> bool:
     return set(map(type, chain.from_iterable(shapes))) <= _INT
 
 
+def _repeated(step: Sequence, length: int) -> Sequence:
+    """One step's values over and over, cut to `length`: what a buffer repeating that step holds,
+    made in C (a list, bytes or an array, as `step` is)."""
+    return (step * (length // len(step) + 1))[:length]
+
+
 _CHUNK = 256  # rows compared with their counterparts as one list: only a chunk that differs is compared row by row
 
 
@@ -224,7 +230,7 @@ def _apart(rows: list[tuple], step: int) -> list[int]:
     as nearly all are, is compared as one list (in C, no value made per row); the rows of a
     chunk that differs are compared one by one."""
     count = len(rows)
-    counterparts = (rows[:step] * (count // step))[:count - step]
+    counterparts = _repeated(rows[:step], count - step)
     apart: list[int] = []
     for start in range(0, count - step, _CHUNK):
         mine, theirs = rows[step + start:step + start + _CHUNK], counterparts[start:start + _CHUNK]
@@ -386,7 +392,7 @@ def _repeated_stacks(lists: Sequence[list], step: int, stacks: dict[tuple[Frame,
     code_by_id = _stack_codes(dict(zip(map(id, firsts), firsts)), count, stacks)
     if code_by_id is None:
         return None
-    counterparts = (firsts * (count // step))[:count - step]
+    counterparts = _repeated(firsts, count - step)
     rest = lists[step:]
     try:
         if rest != counterparts:
@@ -396,7 +402,7 @@ def _repeated_stacks(lists: Sequence[list], step: int, stacks: dict[tuple[Frame,
     if not all(map(is_, rest, counterparts)) and not set(map(type, map(_frame_line, chain.from_iterable(rest)))) <= _INT:
         return None
     first_codes = small_int_column(map(code_by_id.__getitem__, map(id, firsts)), len(stacks) - 1)
-    return (first_codes * (count // step + 1))[:count]
+    return _repeated(first_codes, count)
 
 
 def _codes_by_first_of_kind(lists: list[list], by_id: dict[int, list], kinds: Sequence[int],
