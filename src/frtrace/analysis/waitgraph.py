@@ -56,7 +56,7 @@ class _Buffer:
     wrapped: bool  # older ops are gone
 
 
-def _buffer_of(dump: Dump, group_of) -> _Buffer:
+def buffer_of(dump: Dump, group_of) -> _Buffer:
     """The rank's ops in the groups `group_of` knows, as classes."""
     ops = []
     after_p2p = False
@@ -142,7 +142,7 @@ def _step_left_out(buffer: _Buffer, upto: int, wanted: tuple) -> tuple[int, int,
     return None
 
 
-def _on_step(buffer: _Buffer, upto: int) -> tuple[tuple, tuple, tuple] | None:
+def on_step(buffer: _Buffer, upto: int) -> tuple[tuple, tuple, tuple] | None:
     """Where the rank's buffer repeats one step op for op (every complete step alike, at least
     _HISTORY_STEPS of them) and the step it is in, up to buffer index `upto`, follows it so far:
     (the step, the part of it done, the ops before the buffer's first step). None: no such step."""
@@ -162,7 +162,7 @@ def _stopped_in_step(buffer: _Buffer, upto: int, wanted: tuple) -> tuple[int, in
     that never wrapped shows where the loop starts (its first ops are the end of a step); where it
     would end, or where a wrapped buffer cannot show it, the program may simply have ended there
     (and a rank that issued the op ran ahead): None."""
-    found = _on_step(buffer, upto)
+    found = on_step(buffer, upto)
     if found is None or buffer.wrapped:
         return None
     template, done, first = found
@@ -653,16 +653,16 @@ class WaitGraph:
 
     def _step_of(self, rank: int) -> tuple[tuple, tuple, tuple] | None:
         """The step the rank's buffer repeats, where it follows it up to the op it is blocked in
-        (_on_step); read once per rank."""
+        (on_step); read once per rank."""
         if rank not in self._steps:
             blocker = self.blockers.get(rank)
             self._steps[rank] = (None if blocker is None or rank not in self.dumps
-                                 else _on_step(self._buffer(rank), blocker.entry.index))
+                                 else on_step(self._buffer(rank), blocker.entry.index))
         return self._steps[rank]
 
     def _buffer(self, rank: int) -> _Buffer:
         if rank not in self._buffers:
-            self._buffers[rank] = _buffer_of(self.dumps[rank], self._group_of(rank))
+            self._buffers[rank] = buffer_of(self.dumps[rank], self._group_of(rank))
         return self._buffers[rank]
 
     def _awaited_by(self, rank: int) -> list[tuple]:
@@ -778,7 +778,7 @@ class WaitGraph:
 
     def _left_by_history(self, cycle_ranks: set[int]) -> tuple[int, tuple, list[int]] | None:
         """A deadlock needs a rank that left its program. Where every rank of the cycle but one
-        follows, up to the op it is blocked in, the step its own buffer repeats (_on_step), that one
+        follows, up to the op it is blocked in, the step its own buffer repeats (on_step), that one
         left it: (it, the op awaiting it, the others). None where two or more show nothing (or
         none: every rank where its program has it, a deadlock of the program itself)."""
         unshown = [rank for rank in sorted(cycle_ranks) if self._step_of(rank) is None]
