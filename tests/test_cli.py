@@ -19,7 +19,7 @@ HEALTHY = str(FIXTURES / "healthy")
 SKIP = str(FIXTURES / "skip_rank2")
 JSON_KEYS = {"schema_version", "frtrace_version", "verdict", "culprit_ranks", "culprit_files", "headline", "cause", "causes", "evidence",
              "ranks_loaded", "ranks_missing", "findings", "skipped_files", "ignored_files", "health", "ranks", "culprit_stacks",
-             "notes"}
+             "notes", "stale_ranks", "no_evidence_ranks"}
 FINDING_KEYS = {"kind", "pg_name", "pg_desc", "collective_seq_id", "p2p_seq_id", "op", "ranks", "expected_ranks", "detail", "root_cause"}
 
 

@@ -509,8 +509,9 @@ def test_fast_and_careful_paths_read_the_same_entries(path, monkeypatch):
     fast = read_dump(str(path), 0)
     monkeypatch.setattr(fastpath, "fast_columns", lambda raw_entries, rank, stacks: None)
     careful = read_dump(str(path), 0)
-    assert fast.entries and fast.entries == careful.entries
+    assert (fast.entries or fast.recorder_off) and fast.entries == careful.entries
     assert fast.stacks == careful.stacks
+    assert (fast.moments, fast.recorder_off) == (careful.moments, careful.recorder_off)
 
 
 def _fast_peak(entries) -> tuple[object, int]:

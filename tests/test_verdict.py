@@ -174,13 +174,23 @@ def test_a_rank_without_a_dump_that_the_others_wait_for_is_said_so():
     assert _finding(run(dumps)) == ("missing_ranks", 3, "all_reduce", (3,), "rank 3 left no readable dump; ranks 0-2 wait in it")
 
 
-def test_a_collective_some_never_issued_and_nobody_waits_in_is_still_reported_with_its_number_and_op():
+def test_a_rank_whose_dump_ends_before_a_collective_its_peers_completed_is_an_older_dump_not_a_culprit():
+    # ranks 0-2 completed broadcast #3, which needs every member: rank 3 joined it, its dump is older
     dumps = {r: nccl(ops(3 if r < 3 else 2, backend="nccl", state="completed", op="broadcast"), WORLD4) for r in range(4)}
     result = run(dumps)
-    assert _finding(result) == ("missing_ranks", 3, "broadcast", (3,),
-                                "rank 3 never issued it, though ranks 0-2 did and nobody is waiting in it")
-    assert result.headline == ("DESYNC: missing ranks in broadcast of default_pg: rank 3 never issued it, "
-                               "though ranks 0-2 did and nobody is waiting in it")
+    assert (result.verdict, result.culprit_ranks, result.findings) == ("clean", (), ())
+    assert result.headline.endswith("no desync; the dumps were taken at different moments (rank 3's is older, see the notes)")
+    assert list(result.stale) == [3]
+    assert result.stale[3].startswith("rank 3's dump is older than its peers': it ends at #2 of default_pg, but rank 0's "
+                                      "shows #3 finished (completed), which rank 3 must have joined")
+    assert result.stale[3] in result.warnings
+
+
+def test_a_collective_its_issuers_never_completed_names_the_rank_that_never_issued_it():
+    dumps = {r: nccl(ops(2, backend="nccl", state="completed", op="broadcast")
+                     + ops(1, start=3, backend="nccl", op="broadcast") * (r < 3), WORLD4) for r in range(4)}
+    result = run(dumps)
+    assert (result.verdict, result.culprit_ranks, result.stale) == ("desync", (3,), {})
 
 
 # ---------------------------------------------------------------------------- several ranks in one sentence
@@ -359,3 +369,27 @@ def test_ranks_that_did_not_send_to_a_receive_from_any_rank_are_not_said_to_have
     dumps = {0: _nccl_done(1), 1: _nccl_done(1), 2: _nccl_done(1) + [_any_recv(2, 1)]}  # rank 3 left no dump
     result = run({r: nccl(raw, QUAD) for r, raw in dumps.items()})
     assert result.evidence == ("missing dump: rank 3 left no readable dump, and rank 2 waits for it",)
+
+
+# ---------------------------------------------------------------------------- queued behind the rank's own op
+@pytest.mark.parametrize("rank3_tp, culprits, cause", [
+    ("scheduled", (3,), "gpu_never_reached"),  # rank 3's GPU never reached tp #1, which rank 2 started
+    ("started", (2, 3), "stuck_below_pytorch"),  # both started tp #1, neither finished it
+])
+def test_an_op_queued_behind_the_ranks_own_op_in_flight_is_no_gpu_that_never_reached_it(rank3_tp, culprits, cause):
+    # world #2: ranks 0-1 started it; ranks 2-3 left it scheduled behind their own tp #1, which holds them
+    groups = {"0": ("default_pg", range(4)), "1": ("tp", (2, 3))}
+
+    def world(seq, state):
+        return entry(seq=seq, backend="nccl", state=state)
+
+    def tp(state):
+        return entry(seq=1, pg="1", desc="tp", backend="nccl", state=state)
+
+    raw = {0: [world(1, "completed"), world(2, "started")], 1: [world(1, "completed"), world(2, "started")],
+           2: [world(1, "completed"), tp("started"), world(2, "scheduled")],
+           3: [world(1, "completed"), tp(rank3_tp), world(2, "scheduled")]}
+    result = run({r: nccl(entries, groups) for r, entries in raw.items()})
+    assert (result.verdict, result.culprit_ranks, result.cause) == ("stuck", culprits, cause)
+    roots = [(f.group.desc, f.collective_seq_id) for f in result.findings if f.root_cause]
+    assert roots == [("tp", 1)]

@@ -17,7 +17,7 @@ from itertools import islice
 from operator import methodcaller
 from typing import Any
 
-from .reading import fastpath
+from .reading import fastpath, progress
 from .reading import wire
 from .reading import workers as worker_processes
 from .reading.discover import Discovery, DumpFile
@@ -37,6 +37,7 @@ from .types import (
     EntryColumns,
     Frame,
     GroupConfig,
+    GroupMoment,
     HealthCheck,
     LoadResult,
     SkippedFile,
@@ -353,6 +354,8 @@ class CompactDump:
     health: tuple[HealthCheck, ...] = ()
     restarted: bool = False
     seq_counter: str = SEQ_PER_GROUP
+    moments: tuple[GroupMoment, ...] = ()
+    recorder_off: bool = False
 
 
 _FAILED = {"fail", "failed", "failure", "error", "unhealthy", "bad", "down", "false"}
@@ -467,8 +470,9 @@ def compact(raw: Any, rank: int, path: str, file_format: str) -> CompactDump:
     stacks = tuple(normalizer.stacks)  # stack ids were given in insertion order
     configs = normalizer.group_configs(raw_configs)
     health = health_checks(raw.get("health_check_results")) if isinstance(raw, dict) else ()
+    moments = progress.group_moments(entries, raw_entries, raw.get("pg_status") if isinstance(raw, dict) else None)
     return CompactDump(rank, path, file_format, version, entries, configs, stacks, tuple(normalizer.notes + normalizer.drop_notes()),
-                       health, restarted, counter)
+                       health, restarted, counter, moments, progress.recorder_off(raw))
 
 
 _INDEXED_KINDS = 64  # up to this many kinds, each one's first entry is searched for in C

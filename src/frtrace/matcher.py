@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from .reading.anchor import Anchoring
 from .analysis.align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
 from .analysis.collective_check import Checker
+from .analysis.moments import late_arrivals, moments_by_name, stale_ranks
 from .errors import display_path
 from .reading.groups import GroupTable
 from .types import AgreedRun, Analysis, Checks, CollectiveCheck, Dump, Finding, Group
@@ -46,11 +47,15 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
         notes.extend(f"{display_path(dump.path)}: {n}" for n in dump.notes)
     tracking = {rank: tracks_completion(dump) for rank, dump in dumps.items()}
     notes.extend(unknown_names(dumps))
+    moments = moments_by_name(dumps)
+    stale = stale_ranks(dumps, tracks_by_rank, table, moments, anchoring.renumbered)
+    silent = frozenset(rank for rank, dump in dumps.items() if dump.recorder_off)
+    unseen = frozenset(stale) | silent
 
     views: dict[Group, GroupView] = {}
     for group in table.groups:
         members = {r: tracks_by_rank[r][group] for r in group.ranks if r in tracks_by_rank and group in tracks_by_rank[r]}
-        views[group] = GroupView(group, members, dumps, codes, own_numbers=group not in anchoring.renumbered)
+        views[group] = GroupView(group, members, dumps, codes, own_numbers=group not in anchoring.renumbered, unseen=unseen)
     siblings: dict[tuple, list[GroupView]] = defaultdict(list)
     for view in views.values():
         desc = view.group.desc
@@ -92,6 +97,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
                 findings.append(Finding(verdict.kind, group, seq, None, op, verdict.offenders,
                                         group.ranks, verdict.detail, decided=verdict.decided))
 
+    findings.extend(late_arrivals(dumps, table, moments, unseen))
     p2p_findings, unmatched, p2p_notes = match_p2p(views, dumps, tracking)
     findings.extend(p2p_findings)
     notes.extend(p2p_notes)
@@ -101,4 +107,5 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
 
-    return conclude(dumps, table, findings, Checks(checks), graph, blockers, notes, anchoring.unaligned, stacks or {})
+    return conclude(dumps, table, findings, Checks(checks), graph, blockers, notes, anchoring.unaligned, stacks or {},
+                    stale, silent)

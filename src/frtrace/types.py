@@ -349,6 +349,20 @@ class GroupConfig:
     ranks: tuple[int, ...]
 
 
+class GroupMoment(NamedTuple):
+    """What one dump says of a group's progress in time, read where the dump is read from fields
+    the columns do not keep (`retired`, `timeout_ms`, `pg_status`): enough to tell a dump taken
+    earlier than its peers' (it ends before ops they finished, which it must have joined) and a
+    member that issued an op after its peers had given up on it (analysis/moments.py)."""
+
+    pg_name: str
+    joined_through: int  # the highest collective seq id this dump shows finished (0: none): every member joined it
+    last_seq: int  # the group's last collective in the buffer (0: none)
+    last_created_ns: int  # its creation time (0: not recorded)
+    last_timeout_ms: int  # its timeout (0: not recorded)
+    status_enqueued: int  # pg_status' last_enqueued_collective for the group (-1: none or not said)
+
+
 # what a dump's collective seq ids count
 SEQ_PER_GROUP = "group"  # each group's own ops (PyTorch's recorders)
 SEQ_PROCESS = "process"  # every op of the process (torchcomms), renumbered per group from the process's first op
@@ -371,6 +385,8 @@ class Dump:
     health: tuple[HealthCheck, ...] = ()  # NVRx health_check_results
     restarted: bool = False  # reset_fr_trace(): records count from 0 again, older ops are gone
     seq_counter: str = SEQ_PER_GROUP  # what the collective seq ids count (SEQ_*)
+    moments: tuple[GroupMoment, ...] = ()  # per group name, what the dump says of its progress in time
+    recorder_off: bool = False  # a version and nothing else (TORCH_FR_BUFFER_SIZE=0): no evidence either way
 
     @property
     def relative_seqs(self) -> bool:
@@ -447,6 +463,8 @@ FINDING_KINDS = (
     "dtype_mismatch",
     "p2p_unmatched",
     "not_completed",
+    "late_arrival",
+    "unrecorded_op",
 )
 
 
@@ -591,3 +609,5 @@ class Analysis:
     cause: str | None = None  # the culprits' cause where they share one, "mixed" where not; None when clean
     blocked_entries: dict[int, Entry] = field(default_factory=dict)  # rank -> the op it waits in, as its own dump holds it
     stacks_apart: tuple[StackApart, ...] = ()  # culprits' stacks beside their peers', and every odd one out
+    stale: dict[int, str] = field(default_factory=dict)  # rank -> why its dump is older than its peers' (analysis/moments.py)
+    no_evidence: tuple[int, ...] = ()  # ranks whose recorder was off: their dumps hold nothing

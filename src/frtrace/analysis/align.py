@@ -396,7 +396,7 @@ class GroupView:
     `agreed`, and needs no check entry by entry."""
 
     def __init__(self, group: Group, tracks: dict[int, Track], dumps: dict[int, Dump], codes: Codes,
-                 own_numbers: bool = True) -> None:
+                 own_numbers: bool = True, unseen: frozenset[int] = frozenset()) -> None:
         self.group = group
         self.own_numbers = own_numbers  # False: #n counts from the oldest op held (anchor.py), not comparable with siblings
         self.codes = codes
@@ -404,9 +404,14 @@ class GroupView:
         self.size = len(group.ranks)
         self.known_last: dict[int, int] = {}  # members whose status past their last op is known
         self.unknown: set[int] = set()
+        # members whose dump says nothing of the end (moments.py: dumped earlier than their
+        # peers, or their recorder was off): never counted as not having issued an op, nor awaited
+        self.unseen = unseen & set(group.ranks)
         for rank in group.ranks:
             dump = dumps.get(rank)
             track = tracks.get(rank)
+            if rank in self.unseen:
+                continue
             if dump is None:
                 self.unknown.add(rank)
             elif track is not None and track.first_seq is not None:

@@ -13,11 +13,20 @@ from ..reading.stacks import (Thread, first_apart, frame_text, in_data_loader, i
 from .waitgraph import NEVER_STARTED, WaitGraph
 
 
-def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers, notes, unaligned=(), stacks=None) -> Analysis:
+def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers, notes, unaligned=(), stacks=None,
+             stale=None, silent=frozenset()) -> Analysis:
+    """The verdict from everything the matcher found. `stale`: ranks whose dump is older than
+    their peers' (moments.Stale, by rank); `silent`: ranks whose recorder was off. Neither is
+    named for an op it lacks: what they did at the end is unknown, and said so."""
     loaded = tuple(sorted(dumps))
     missing = tuple(r for r in table.world if r not in dumps)
     group_count = len(table.groups)
     matched = checks.matched()
+    stale = stale or {}
+    notes = [*notes, *_moment_notes(stale, silent)]
+    mains = {rank: thread for rank, found in (stacks or {}).items() if (thread := main_thread(found))}
+    places = {rank: at for rank, thread in mains.items() if (at := place(thread))}  # each rank's, found once
+    late = [f for f in findings if f.kind == "late_arrival"]
 
     mismatches = [f for f in findings if f.kind in ("type_mismatch", "size_mismatch", "dtype_mismatch") and f.decided]
     graph_culprits, undecided_cycles, evidence = graph.culprits()
@@ -57,6 +66,21 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         named_by.update(dict.fromkeys(culprits, "mismatch"))
         verdict = "desync"
         evidence = [_mismatch_evidence(f, checks) for f in mismatches]
+    elif late:
+        blame(late)
+        named_by.update(dict.fromkeys(culprits, "late"))
+        verdict = "desync"
+        first = late[0]
+        headline = (f"{ranks_word(first.ranks)} issued {first.op} #{first.collective_seq_id} of {first.group.label} after "
+                    f"{by_number(first.ranks, 'its', 'their')} peers had given up on it: {first.detail}")
+        if len(late) > 1:
+            headline += f" (+{len(late) - 1} more group(s) with a late arrival)"
+        evidence = [f"late arrival: {f.detail}" for f in late]
+        for rank in culprits:
+            entry = next((e for e in reversed(dumps[rank].entries) if e.pg_name == first.group.name and not e.is_p2p
+                          and e.collective_seq_id == first.collective_seq_id), None) if rank in dumps else None
+            if entry is not None:
+                culprit_entries[rank] = entry
     elif graph_culprits:
         by_op: dict[tuple | None, list[int]] = defaultdict(list)
         missed: dict[int, list[tuple]] = defaultdict(list)  # rank -> the collectives it never issued, made once
@@ -116,6 +140,13 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             f = others[0]
             headline = f"{f.kind.replace('_', ' ')} in {f.op} of {f.group.label}: {f.detail}"
             evidence = [f"{f.kind.replace('_', ' ')}: {f.detail}"]
+        elif stuck and (unseen := _unseen_in(stuck, stale, silent)):
+            verdict = "inconclusive"
+            f = stuck[0]
+            headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} never completed on {ranks_word(f.ranks)}, but "
+                        f"{unseen}: whether {by_number(f.ranks, 'it waits', 'they wait')} for them cannot be told")
+            root_ids.update(id(s) for s in stuck)
+            evidence = [f"undecided: {headline}"]
         elif stuck:
             verdict = "stuck"
             blame(stuck)
@@ -142,6 +173,17 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             evidence = [_stuck_evidence(s, alone=len(stuck) == 1) for s in stuck]
             if waiting:
                 evidence.append(f"consequence: {ranks_word(waiting)} wait in other ops for ranks stuck below PyTorch")
+        elif unrecorded := _unrecorded_wait(dumps, table, mains, places):
+            finding, verdict, said = unrecorded
+            findings = [*findings, finding]
+            if verdict == "desync":
+                blame([finding])
+                named_by.update(dict.fromkeys(culprits, "stacks"))
+                headline = said
+            else:
+                root_ids.add(id(finding))
+                headline = said
+            evidence = [f"stacks: {finding.detail}"]
         elif not any(d.entries for d in dumps.values()):
             verdict = "inconclusive"
             headline = "the dumps hold no entries (was the Flight Recorder buffer size set?)"
@@ -152,6 +194,11 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             if missing:
                 headline += f" (no dump from {ranks_word(missing)}, and nobody waits for it)"
             evidence = ["every collective matched on every member that issued it; nobody waits for another rank"]
+            if stale:
+                headline += (f"; the dumps were taken at different moments ({ranks_word(sorted(stale))}'s "
+                             f"{by_number(stale, 'is', 'are')} older, see the notes)")
+            if silent:
+                headline += f"; {ranks_word(sorted(silent))} recorded nothing (recorder off)"
 
     for rank in sorted(set(culprits)):
         failed = [check for check in (dumps[rank].health if rank in dumps else ()) if not check.passed]
@@ -164,8 +211,6 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
                             + (f" ({'; '.join(said)})" if said else ""))
     causes = _causes(sorted(set(culprits)), named_by, undecidable, dumps, graph)
     seen_in_stacks = []  # what the stacks showed: evidence of the cause, never of who the culprit is
-    mains = {rank: thread for rank, found in (stacks or {}).items() if (thread := main_thread(found))}
-    places = {rank: at for rank, thread in mains.items() if (at := place(thread))}  # each rank's, found once
     apart = _stacks_apart(sorted(set(culprits)), table.groups, mains)
     odd_said, unsaid = _odd_ones_said(apart, places)
     for rank, (cause, said, why) in _with_stacks(causes, undecidable, mains, places).items():
@@ -207,7 +252,74 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         causes=causes,
         cause=_one_cause(verdict, causes),
         stacks_apart=apart,
+        stale={rank: proof.said() for rank, proof in sorted(stale.items())},
+        no_evidence=tuple(sorted(silent)),
     )
+
+
+def _unrecorded_wait(dumps, table, mains: dict, places: dict) -> tuple[Finding, str, str] | None:
+    """Where the dumps show nobody waiting, the ranks whose Python stacks wait in a
+    torch.distributed call that their dumps do not end in (monitored_barrier records nothing; a
+    rank's dump may end before the op it waits in): (the finding, its verdict, the headline).
+    Most ranks with a stack waiting there and the others elsewhere: the others are the culprits,
+    by their stacks (desync). Waiting ranks and no majority, or no rank elsewhere: inconclusive.
+    None where no stack waits in an op its dump does not show."""
+    waiting: dict[int, str] = {}
+    for rank, thread in mains.items():
+        call = in_torch_distributed(thread)
+        last = dumps[rank].entries[-1].op if rank in dumps and len(dumps[rank].entries) else None
+        if call is not None and call != last:
+            waiting[rank] = call
+    if not waiting:
+        return None
+    elsewhere = sorted(r for r in mains if r not in waiting)
+    group = next((g for g in table.groups if g.ranks == table.world), None) or max(table.groups, key=lambda g: len(g.ranks))
+    calls = sorted(set(waiting.values()))
+    call = calls[0] if len(calls) == 1 else "/".join(calls)
+    waiters = ranks_word(sorted(waiting))
+    unlogged = (f"{waiters} {by_number(waiting, 'waits', 'wait')} in {call} (distributed_c10d.py), which "
+                f"{by_number(waiting, 'its dump does', 'their dumps do')} not record")
+    if elsewhere and len(waiting) > len(elsewhere):
+        there = "; ".join(f"rank {r} {places[r]}" for r in elsewhere[:MAX_ODD_SAID] if r in places)
+        detail = (f"{unlogged}; {ranks_word(elsewhere)} {by_number(elsewhere, 'is', 'are')} elsewhere"
+                  + (f" ({there})" if there else "") + ": the op the others wait in is one the recorder does not log")
+        headline = (f"{ranks_word(elsewhere)} never joined {call}, which {waiters} {by_number(waiting, 'waits', 'wait')} in "
+                    "(by the Python stacks: the Flight Recorder does not record it)")
+        return Finding("unrecorded_op", group, None, None, call, tuple(elsewhere), group.ranks, detail), "desync", headline
+    why = ("and no rank's stack is elsewhere" if not elsewhere
+           else f"and as many ranks ({ranks_word(elsewhere)}) are elsewhere: which holds the job cannot be told")
+    detail = f"{unlogged}, {why}"
+    return (Finding("unrecorded_op", group, None, None, call, (), group.ranks, detail, decided=False), "inconclusive",
+            f"the dumps show nobody waiting, but {detail}")
+
+
+_NOTED_STALE = 3  # stale ranks said one by one; past it, the first and a count
+
+
+def _moment_notes(stale: dict, silent: frozenset[int]) -> list[str]:
+    """What the notes say of dumps taken at other moments, and of recorders that were off."""
+    notes = []
+    if stale:
+        proofs = [stale[rank].said() for rank in sorted(stale)]
+        notes.extend(proofs[:_NOTED_STALE])
+        if len(proofs) > _NOTED_STALE:
+            rest = sorted(stale)[_NOTED_STALE:]
+            notes.append(f"and {ranks_word(rest)}: dumps older than their peers' likewise (the JSON's stale_ranks says why)")
+    if silent:
+        notes.append(f"{ranks_word(sorted(silent))} recorded nothing: {by_number(silent, 'its dump holds', 'their dumps hold')} "
+                     "a version and no entries, groups or status (TORCH_FR_BUFFER_SIZE=0: the recorder was off), so "
+                     f"where {by_number(silent, 'it', 'they')} stood cannot be told; named for nothing")
+    return notes
+
+
+def _unseen_in(stuck: list[Finding], stale: dict, silent: frozenset[int]) -> str:
+    """Members of the stuck ops' groups whose dumps say nothing of the end, in words ('' if none)."""
+    members = {r for f in stuck for r in f.group.ranks}
+    old = sorted(members & set(stale))
+    off = sorted(members & silent)
+    parts = ([f"{ranks_word(old)}'s {by_number(old, 'dump is', 'dumps are')} older than the end"] if old else [])
+    parts += [f"{ranks_word(off)} recorded nothing (recorder off)"] if off else []
+    return " and ".join(parts)
 
 
 UNSEEN = "in no op the dumps show: computing, loading data, or in a send or recv, which gloo does not record"
@@ -235,6 +347,9 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
                             if rank in graph.unanswered else "left no dump: its process is gone or its host unreachable")
         elif how == "gpu":
             causes[rank] = ("gpu_never_reached", "its GPU never reached the op: a kernel before it never ended")
+        elif how == "late":
+            causes[rank] = ("compute_or_data_stall", "issued the op after its peers had given up on it: it was computing "
+                            "or loading data while they waited")
         elif how == "stuck":
             causes[rank] = ("stuck_below_pytorch", "in an op every member issued and none finished: NCCL, the network or a GPU")
         elif how == "mismatch" or rank in graph.op_of:

@@ -42,6 +42,13 @@ def _peers(kind: str, text: str, group: Group) -> tuple[int | None, int | None]:
     return (a, b) if kind == "send" else (b, a)
 
 
+def _members(view: GroupView) -> str:
+    """A group's members as a majority counts them: those whose dumps show the end."""
+    if not view.unseen:
+        return f"{view.size} members"
+    return f"{view.size - len(view.unseen)} members whose dumps show the end (of {view.size})"
+
+
 def _class_text(op_class: tuple) -> str:
     if op_class[0] == "p2p":
         return f"{op_class[2]} {op_class[3]}->{op_class[4]} of {op_class[1].label}"
@@ -701,7 +708,7 @@ class WaitGraph:
         described = self.blocker_of_op[key].describe()
         if len(issuers) > len(awaited):
             did = f"{by_number(awaited, 'shows', 'show')} no sign of it" if key in self.weak else "never did"  # weak: a buffer wrapped past it
-            evidence.append(f"majority: {len(issuers)} of {view.size} members issued {described}; "
+            evidence.append(f"majority: {len(issuers)} of {_members(view)} issued {described}; "
                             f"{ranks_word(awaited)} {did} and {by_number(awaited, 'waits', 'wait')} for nobody")
             return blamed
         if len(issuers) == len(awaited):
@@ -721,7 +728,7 @@ class WaitGraph:
                 return blamed
             evidence.append(f"sibling groups: the other {view.group.label} groups stopped before #{seq}")
         else:
-            evidence.append(f"majority: {len(awaited)} of {view.size} members never issued {described} and wait for "
+            evidence.append(f"majority: {len(awaited)} of {_members(view)} never issued {described} and wait for "
                             f"nobody; {ranks_word(issuers)} issued it alone")
         self.ran_ahead[key] = tuple(issuers)
         return [(r, key) for r in issuers]
@@ -975,6 +982,18 @@ class WaitGraph:
                          "(the buffer wrapped past it)")
         return "; ".join(parts)
 
+    def _held_before(self, rank: int, blocker: Blocker) -> bool:
+        """Whether `rank`'s first unfinished op is another than `blocker`'s, one it issued earlier."""
+        own = self.blockers.get(rank)
+        return own is not None and own.entry.index < self._index_of(rank, blocker)
+
+    def _index_of(self, rank: int, blocker: Blocker) -> int:
+        """The buffer index of `blocker`'s op in `rank`'s own dump."""
+        if blocker.rank == rank:
+            return blocker.entry.index
+        unit = self.views[blocker.group.key].unit(blocker.seq, rank)
+        return unit[0].index if unit else -1
+
     def stuck_findings(self) -> list[Finding]:
         findings = []
         seen: set[tuple] = set()
@@ -988,6 +1007,10 @@ class WaitGraph:
             view = self.views[blocker.group.key]
             units = view.issuers(blocker.seq)
             not_done = tuple(sorted(r for r, u in units.items() if unit_state(u) != "completed"))
+            if any(self._held_before(r, blocker) for r in not_done):
+                # a member's first unfinished op is an earlier one: this op is queued behind it on
+                # that rank's stream, a consequence; what holds the earlier op is found there
+                continue
             states = {r: unit_state(units[r]) for r in not_done}
             behind = tuple(r for r in not_done if states[r] == "scheduled")
             if (behind and len(behind) < len(not_done) == view.size  # completed nowhere, started by some

@@ -134,8 +134,9 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
 
 
-JSON_SCHEMA_VERSION = 8  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
-# 6: each health check's detail and fields, each culprit file's not_read; 7: cause, causes; 8: ranks, culprit_stacks, notes
+JSON_SCHEMA_VERSION = 9  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
+# 6: each health check's detail and fields, each culprit file's not_read; 7: cause, causes; 8: ranks, culprit_stacks, notes;
+# 9: stale_ranks, no_evidence_ranks, the finding kind late_arrival
 
 
 def _frames(frames) -> list[dict[str, Any]]:
@@ -229,6 +230,8 @@ def report_dict(analysis: Analysis, skipped: tuple[SkippedFile, ...], ignored: t
         "ranks": _ranks(analysis, sources or {}, dumps),
         "culprit_stacks": culprit_stacks,
         "notes": list(analysis.warnings),
+        "stale_ranks": [{"rank": rank, "said": said} for rank, said in sorted(analysis.stale.items())],
+        "no_evidence_ranks": list(analysis.no_evidence),
     }
 
 

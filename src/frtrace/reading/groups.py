@@ -282,8 +282,14 @@ def _sibling_world(users: dict[str, set[int]], descs: dict[str, str], hints: dic
         if sum(map(len, seen)) != len(set().union(*seen)):  # overlapping: not replicas of one layout
             continue
         size = max(max(map(len, seen)), *(hints.get(n, 0) for n in names))
-        needed = max(needed, size * len(names))
+        needed = max(needed, sum(_expected_size(n, size, hints) for n in names))
     return needed
+
+
+def _expected_size(name: str, family_size: int, hints: dict[str, int]) -> int:
+    """A same-desc group's size: what its own all_gather or reduce_scatter shapes say, where they
+    do (two `io` groups of 3 and 5 ranks share a desc), else its family's."""
+    return hints.get(name) or family_size
 
 
 def _complete_siblings(inferred: dict[str, set[int]], descs: dict[str, str], world: tuple[int, ...], hints: dict[str, int]) -> None:
@@ -303,10 +309,10 @@ def _complete_siblings(inferred: dict[str, set[int]], descs: dict[str, str], wor
         if len(names) < 2:
             continue
         size = max(max(len(inferred[n]) for n in names), *(hints.get(n, 0) for n in names))
-        short = [n for n in names if len(inferred[n]) < size]
+        short = [n for n in names if len(inferred[n]) < _expected_size(n, size, hints)]
         covered = set().union(*(inferred[n] for n in names))
         leftover = set(world) - covered
-        if len(short) == 1 and len(leftover) == size - len(inferred[short[0]]):
+        if len(short) == 1 and len(leftover) == _expected_size(short[0], size, hints) - len(inferred[short[0]]):
             inferred[short[0]] |= leftover
 
 

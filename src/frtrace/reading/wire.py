@@ -24,7 +24,7 @@ import marshal
 from collections.abc import Callable
 from typing import Any
 
-from ..types import Dump, EntryColumns, Frame, GroupConfig, Kind, Unread
+from ..types import Dump, EntryColumns, Frame, GroupConfig, GroupMoment, Kind, Unread
 
 try:  # hashlib's own: importing hashlib loads OpenSSL's bindings as well (3 ms of every run)
     from _blake2 import blake2b
@@ -84,7 +84,7 @@ class Packer:
         shared = (self._shared(_plain_kinds(entries.kinds)), self._shared(tuple(entries.states)),
                   tuple(map(self._config, part.group_configs)), self._shared(_plain_stacks(part.stacks)))
         return (part.rank, part.path, part.file_format, part.version, columns, entries.runs, shared, part.notes,
-                part.health, part.restarted, part.seq_counter)
+                part.health, part.restarted, part.seq_counter, part.moments, part.recorder_off)
 
 
 class Unpacker:
@@ -112,7 +112,8 @@ class Unpacker:
 
     def dump(self, packed: tuple) -> Dump:
         """The Dump a Packer's tuple describes."""
-        (rank, path, file_format, version, columns, runs, shared, notes, health, restarted, seq_counter) = packed
+        (rank, path, file_format, version, columns, runs, shared, notes, health, restarted, seq_counter, moments,
+         recorder_off) = packed
         (kinds_at, states_at, configs_at, stacks_at) = shared
         kinds = self._shared(*kinds_at, lambda plain: self._interned(map(Kind._make, plain)))
         states = self._shared(*states_at, self._interned)
@@ -122,4 +123,5 @@ class Unpacker:
         created, started, completed, duration = times or (Unread(len(kind)),) * 4
         entries = EntryColumns(rank, kinds, kind, states, state, record_id, collective_seq_id, p2p_seq_id, created, started,
                                completed, duration, stack_id, runs)
-        return Dump(rank, path, file_format, version, entries, configs, stacks, notes, health, restarted, seq_counter)
+        return Dump(rank, path, file_format, version, entries, configs, stacks, notes, health, restarted, seq_counter,
+                    tuple(map(GroupMoment._make, moments)), recorder_off)

@@ -1,0 +1,166 @@
+"""Time as evidence, between aligning the groups and building the wait-for graph: which ranks'
+dumps were taken earlier than their peers', and which member issued an op after its peers had
+given up on it.
+
+A collective finished on one member was joined by every member (reading/progress.py says which
+ones each dump shows finished, in `state`, in gloo's `retired` long before the rank's newest op,
+or where the rank's own buffer holds a whole step after it). A member whose dump ends before such
+a collective was dumped earlier: a stale dump. What it did at the end is unknown, so it is never
+named for an op it lacks, and the analysis reads it as a member whose position past its dump is
+not known (align.GroupView). That is said, never guessed.
+
+A member whose op was created more than the op's timeout after its peers' (their deadline and a
+second for clocks) arrived after they had given up: it is the culprit, they are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..reading.groups import GroupTable
+from ..types import Dump, Finding, Group, GroupMoment
+from .align import Track, ranks_word
+from .waitgraph import buffer_of, on_step
+
+_NS_PER_MS = 1_000_000
+_CLOCKS_NS = 1_000_000_000  # what the clocks of two hosts may differ by, beside a timeout
+_WHOLE_STEPS = 2  # whole steps of its own after an op that show a rank waited for it
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """Why a rank's dump is older than its peers': it ends at #last of `group`, where `witness`
+    shows #joined finished, which every member joined."""
+
+    rank: int
+    group: Group
+    last: int  # the rank's last collective in the group
+    joined: int
+    witness: int
+    how: str  # what showed #joined finished
+
+    def said(self) -> str:
+        held = f"ends at #{self.last} of {self.group.label}"
+        return (f"rank {self.rank}'s dump is older than its peers': it {held}, but rank {self.witness}'s shows #{self.joined} "
+                f"finished ({self.how}), which rank {self.rank} must have joined; where rank {self.rank} was at the end "
+                "cannot be told, so it is named for nothing it lacks")
+
+
+def stale_ranks(dumps: dict[int, Dump], tracks_by_rank: dict[int, dict[Group, Track]], table: GroupTable,
+                moments: dict[int, dict[str, GroupMoment]], renumbered=frozenset()) -> dict[int, Stale]:
+    """Each rank whose dump ends before a collective of one of its groups that a member's dump
+    shows finished: the proof, by rank (the first group that shows it)."""
+    joined_of = _Witnesses(dumps, table, moments)
+    found: dict[int, Stale] = {}
+    for group in table.groups:
+        if group in renumbered:  # numbered from the oldest op held: not comparable across ranks
+            continue
+        lasts = {}
+        for rank in group.ranks:
+            dump = dumps.get(rank)
+            if dump is None or rank in found or dump.recorder_off:
+                continue
+            track = tracks_by_rank[rank].get(group)
+            if track is not None and track.first_seq is not None:
+                lasts[rank] = track.last_seq
+            # a dump without an op of the group shows no moment in it: an empty buffer may be a
+            # recorder that keeps only ops in flight (NVRx), or a rank that never got there
+        if len(lasts) < 2:
+            continue
+        behind = min(lasts.values())
+        if behind == max(lasts.values()):
+            continue
+        for witness in sorted(lasts, key=lambda r: -lasts[r]):
+            if lasts[witness] <= behind:
+                break
+            joined, how = joined_of(witness, group, tracks_by_rank[witness].get(group), behind)
+            if joined <= behind:
+                continue
+            for rank, last in lasts.items():
+                if last < joined and rank not in found:
+                    found[rank] = Stale(rank, group, last, joined, witness, how)
+            break
+    return found
+
+
+class _Witnesses:
+    """What a member's dump shows finished in a group: from the worker's reading (state, or
+    gloo's retired long before its newest op), else from its own buffer: an op followed by two
+    whole steps of the step the rank repeats was waited for (a program waits for a step's ops
+    before the next step), however its ops were issued."""
+
+    def __init__(self, dumps: dict[int, Dump], table: GroupTable, moments: dict[int, dict[str, GroupMoment]]) -> None:
+        self.dumps = dumps
+        self.table = table
+        self.moments = moments
+        self.cuts: dict[int, int | None] = {}  # rank -> the buffer index with a whole step after it
+
+    def __call__(self, rank: int, group: Group, track: Track | None, behind: int) -> tuple[int, str]:
+        moment = self.moments.get(rank, {}).get(group.name)
+        if moment is not None and moment.joined_through > behind:
+            how = "completed" if not self.dumps[rank].entries.from_gloo else "retired, and its rank issued ops past its timeout"
+            return moment.joined_through, how
+        if track is None or track.first_seq is None:
+            return 0, ""
+        cut = self._cut(rank)
+        if cut is None:
+            return 0, ""
+        for seq in range(track.last_seq, max(track.first_seq, behind + 1) - 1, -1):
+            position = track.first_position(seq)
+            if position is not None and position <= cut:
+                return seq, "its rank went through whole steps after it"
+        return 0, ""
+
+    def _cut(self, rank: int) -> int | None:
+        """The buffer index of the rank's last op with _WHOLE_STEPS whole steps after it; None where
+        its buffer repeats no step of two kinds of op or more. A step of one kind (the same
+        all_reduce again and again) may be a step's async ops (DDP's buckets), not steps."""
+        if rank not in self.cuts:
+            dump = self.dumps[rank]
+            buffer = buffer_of(dump, lambda entry: self.table.group_of(rank, entry.pg_name))
+            step = on_step(buffer, buffer.ops[-1][0]) if buffer.ops else None
+            after = len(step[0]) * _WHOLE_STEPS if step and len(set(step[0])) > 1 else 0
+            self.cuts[rank] = buffer.ops[-1 - after][0] if after and len(buffer.ops) > after else None
+        return self.cuts[rank]
+
+
+def moments_by_name(dumps: dict[int, Dump]) -> dict[int, dict[str, GroupMoment]]:
+    """rank -> group name -> what its dump says of the group's progress in time."""
+    return {rank: {m.pg_name: m for m in dump.moments} for rank, dump in dumps.items() if dump.moments}
+
+
+def late_arrivals(dumps: dict[int, Dump], table: GroupTable, moments: dict[int, dict[str, GroupMoment]],
+                  unseen: frozenset[int]) -> list[Finding]:
+    """A finding per group whose last collective some members issued after the others' deadline
+    (their creation time plus its timeout) had passed, where no member's dump shows it finished
+    and every member with a dump holds it last: the late members are its ranks. `unseen`: ranks
+    whose dump says nothing of the end (stale, or their recorder was off)."""
+    findings = []
+    for group in table.groups:
+        held = {}
+        for rank in group.ranks:
+            if rank not in dumps or rank in unseen:
+                continue
+            moment = moments.get(rank, {}).get(group.name)
+            if moment is None:
+                break
+            held[rank] = moment
+        else:
+            if len(held) < 2 or len({m.last_seq for m in held.values()}) != 1:
+                continue
+            if any(not m.last_created_ns or not m.last_timeout_ms or m.joined_through >= m.last_seq for m in held.values()):
+                continue
+            first = min(held, key=lambda r: held[r].last_created_ns)
+            deadline = held[first].last_created_ns + held[first].last_timeout_ms * _NS_PER_MS + _CLOCKS_NS
+            late = sorted(r for r, m in held.items() if m.last_created_ns > deadline)
+            if not late or len(late) == len(held):
+                continue
+            seq = held[first].last_seq
+            entry = next((e for e in reversed(dumps[first].entries) if e.pg_name == group.name and e.collective_seq_id == seq
+                          and not e.is_p2p), None)
+            op = entry.op if entry is not None else "op"
+            gap = (min(held[r].last_created_ns for r in late) - held[first].last_created_ns) / 1e9
+            detail = (f"{ranks_word(late)} issued it {gap:.1f} s after rank {first}, past its timeout of "
+                      f"{held[first].last_timeout_ms / 1000:g} s: the others had given up on it by then")
+            findings.append(Finding("late_arrival", group, seq, None, op, tuple(late), group.ranks, detail))
+    return findings
