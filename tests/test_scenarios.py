@@ -44,6 +44,10 @@ def test_verdict_culprits_and_root(scenario, tmp_path, capsys):
     by_rank = expected.get("causes") or {str(r): expected["cause"] for r in expected["culprit_ranks"]}
     assert {rank: c["cause"] for rank, c in report["causes"].items()} == by_rank
     assert {c["cause"] for c in report["causes"].values()} <= set(CAUSES)
+    if "stale_ranks" in expected:  # dumps older than their peers' (the program took them earlier)
+        assert [s["rank"] for s in report["stale_ranks"]] == expected["stale_ranks"], report["notes"]
+    if "no_evidence_ranks" in expected:  # recorders that were off
+        assert report["no_evidence_ranks"] == expected["no_evidence_ranks"]
     lines = capsys.readouterr().out.splitlines()
     first_line = lines[0]
     assert first_line.startswith(expected.get("headline_starts", expected["verdict"].upper() + ":")), first_line
