@@ -751,3 +751,19 @@ def test_a_step_less_one_awaited_op_is_told_from_any_other_step(seen, complete, 
     from frtrace.analysis.waitgraph import _one_left_out
 
     assert _one_left_out(tuple("WRCASRCAS"), tuple(seen), "R", complete=complete) is left_out
+
+
+@pytest.mark.parametrize("backend", ["ncclx", "xccl"])
+def test_the_ops_pytorchs_analyzer_knows_are_known_and_v_ops_have_no_size_rule(backend):
+    # all_gather_v and reduce_scatter_v: each rank gives its own count; split and new_window carry no data
+    def step(rank):
+        return [entry(seq=1, op="all_gather_v", sizes=((rank + 1,),), out=((10,),), backend=backend, state="completed"),
+                entry(seq=2, op="reduce_scatter_v", sizes=((10,),), out=((rank + 1,),), backend=backend, state="completed"),
+                entry(seq=3, op="split", sizes=(), backend=backend, state="completed"),
+                entry(seq=4, op="new_window", sizes=(), backend=backend, state="completed")]
+    result = run({r: nccl(step(r), WORLD4) for r in range(4)})
+    assert (result.verdict, result.culprit_ranks) == ("clean", ())
+    assert not any("op names without size rules" in w or "unknown backends" in w for w in result.warnings)
+    dtypes = {r: nccl(step(r)[:1], WORLD4) for r in range(4)}
+    dtypes[2]["entries"][0]["input_dtypes"] = ["Half"]  # a dtype rule still holds
+    assert run(dtypes).culprit_ranks == (2,)

@@ -12,8 +12,11 @@ _IN_EQUALS_OUT = frozenset({"all_reduce", "allreduce_coalesced"})
 _ALL_GATHER = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
 _REDUCE_SCATTER = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"})
 _ALL_TO_ALL = frozenset({"all_to_all", "all_to_all_single", "alltoall", "alltoall_base"})
-_NO_SIZES = frozenset({"barrier", "all_reduce_barrier", "all_reduce_sparse"}) | COALESCED_TERMINATORS
-KNOWN_OPS = _SAME_SIZES | _ALL_GATHER | _REDUCE_SCATTER | _ALL_TO_ALL | _NO_SIZES | {"gather", "scatter"}
+# communicator operations PyTorch's analyzer knows (2026): a split and an RMA window carry no data to compare
+_NO_SIZES = frozenset({"barrier", "all_reduce_barrier", "all_reduce_sparse", "split", "new_window"}) | COALESCED_TERMINATORS
+# each rank gives its own count (torchcomms' and ncclx's *_v ops): no size rule across ranks, dtypes still agree
+_VARIABLE_SIZES = frozenset({"all_gather_v", "reduce_scatter_v"})
+KNOWN_OPS = _SAME_SIZES | _ALL_GATHER | _REDUCE_SCATTER | _ALL_TO_ALL | _NO_SIZES | _VARIABLE_SIZES | {"gather", "scatter"}
 
 
 def numel(shapes: tuple[tuple[int, ...], ...]) -> int:
