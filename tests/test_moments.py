@@ -262,3 +262,14 @@ def test_stacks_in_a_distributed_call_the_dumps_do_not_show_are_no_clean_set(sta
         (root,) = [f for f in report["findings"] if f["root_cause"]]
         assert (root["kind"], root["op"], root["pg_desc"]) == ("unrecorded_op", "monitored_barrier", "default_pg")
         assert "which their dumps do not record" in root["detail"]
+
+
+def test_pg_status_counting_past_a_gloo_buffers_last_op_is_said_as_ops_the_recorder_did_not_log():
+    raw = {r: make_dump(_steps(2, gap_s=0.01)) for r in range(3)}
+    raw[0]["pg_status"] = {"0": {"last_enqueued_collective": 8, "last_completed_collective": 8}}  # a barrier's root
+    result = _run(raw)
+    assert result.verdict == "clean"
+    assert ("rank 0: pg_status counts 8 collectives enqueued in default_pg, but its buffer ends at #6: ops the recorder "
+            "did not log (gloo logs no send or recv, and no monitored_barrier)") in result.warnings
+    raw[0]["pg_status"]["0"]["last_enqueued_collective"] = 6
+    assert not any("pg_status counts" in w for w in _run(raw).warnings)

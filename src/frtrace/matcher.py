@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from .reading.anchor import Anchoring
 from .analysis.align import Codes, GroupView, Track, build_tracks, format_ranks, tracks_completion, unit_label, unknown_names
 from .analysis.collective_check import Checker
-from .analysis.moments import late_arrivals, moments_by_name, stale_ranks
+from .analysis.moments import late_arrivals, moments_by_name, stale_ranks, unlogged_notes
 from .errors import display_path
 from .reading.groups import GroupTable
 from .types import AgreedRun, Analysis, Checks, CollectiveCheck, Dump, Finding, Group
@@ -48,6 +48,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     tracking = {rank: tracks_completion(dump) for rank, dump in dumps.items()}
     notes.extend(unknown_names(dumps))
     moments = moments_by_name(dumps)
+    notes.extend(unlogged_notes(dumps, table, moments))
     stale = stale_ranks(dumps, tracks_by_rank, table, moments, anchoring.renumbered)
     silent = frozenset(rank for rank, dump in dumps.items() if dump.recorder_off)
     unseen = frozenset(stale) | silent

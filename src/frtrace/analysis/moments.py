@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..reading.groups import GroupTable
 from ..types import Dump, Finding, Group, GroupMoment
-from .align import Track, ranks_word
+from .align import Track, by_number, ranks_word
 from .waitgraph import buffer_of, on_step
 
 _NS_PER_MS = 1_000_000
@@ -164,3 +164,22 @@ def late_arrivals(dumps: dict[int, Dump], table: GroupTable, moments: dict[int, 
                       f"{held[first].last_timeout_ms / 1000:g} s: the others had given up on it by then")
             findings.append(Finding("late_arrival", group, seq, None, op, tuple(late), group.ranks, detail))
     return findings
+
+
+def unlogged_notes(dumps: dict[int, Dump], table: GroupTable, moments: dict[int, dict[str, GroupMoment]]) -> list[str]:
+    """A note per group where gloo's pg_status counts more collectives enqueued than the rank's
+    buffer ends at: ops the recorder did not log (monitored_barrier logs none, and on its root
+    pg_status counts its sends and receives). Said, never used as evidence of who is where."""
+    beyond: dict[tuple[Group, int, int], list[int]] = {}  # (group, last seq, count) -> ranks
+    for rank, by_name in moments.items():
+        if not dumps[rank].entries.from_gloo:  # other recorders' counts may be op ids (hook-based)
+            continue
+        for name, moment in by_name.items():
+            group = table.group_of(rank, name)
+            if group is not None and moment.last_seq and moment.status_enqueued > moment.last_seq:
+                beyond.setdefault((group, moment.last_seq, moment.status_enqueued), []).append(rank)
+    return [f"{ranks_word(sorted(ranks))}: pg_status counts {count} collectives enqueued in {group.label}, but "
+            f"{by_number(ranks, 'its', 'their')} buffer ends at #{last}: ops the recorder did not log "
+            "(gloo logs no send or recv, and no monitored_barrier)"
+            for (group, last, count), ranks in sorted(beyond.items(), key=lambda item: (item[0][0].name, item[0][1:]))]
+
