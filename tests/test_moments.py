@@ -273,3 +273,24 @@ def test_pg_status_counting_past_a_gloo_buffers_last_op_is_said_as_ops_the_recor
             "did not log (gloo logs no send or recv, and no monitored_barrier)") in result.warnings
     raw[0]["pg_status"]["0"]["last_enqueued_collective"] = 6
     assert not any("pg_status counts" in w for w in _run(raw).warnings)
+
+
+# ---------------------------------------------------------------------------- a rank with stacks and no dump
+IN_LOADER = _stack(("/venv/site-packages/torch/utils/data/dataloader.py", 700, "__next__"),
+                   ("/job/train.py", 30, "step"), ("/job/train.py", 90, "<module>"))
+
+
+def test_a_rank_that_never_dumped_but_wrote_its_stacks_is_alive_where_they_show(tmp_path, capsys):
+    # gloo dumps only from inside a collective: rank 3, stalled in its data loader, never dumped
+    folder = write_dumps(tmp_path / "d", {r: make_dump(_steps(3, gap_s=0.01)) for r in range(3)})
+    for rank, text in enumerate([IN_REDUCE, IN_REDUCE, IN_REDUCE, IN_LOADER]):
+        (folder / f"nccl_trace_rank_{rank}.stacks").write_text(text)
+    (folder / "nccl_trace_rank_9.stacks").write_text(IN_LOADER)  # another job's: far past the world
+    main(["-d", str(folder), "--json", str(tmp_path / "r.json")])
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (report["verdict"], report["culprit_ranks"], report["ranks_missing"]) == ("desync", [3], [3])
+    assert report["causes"]["3"]["cause"] == "compute_or_data_stall"
+    assert "loading data (torch's DataLoader)" in report["causes"]["3"]["said"]
+    assert report["culprit_stacks"]["3"]["python"][0]["function"] == "__next__"
+    assert any("rank 9, which is not a rank of this dump set" in n for n in report["notes"])
+    assert not any("rank 3, which is not a rank" in n for n in report["notes"])

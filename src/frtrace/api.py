@@ -85,10 +85,27 @@ def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: Text
                 f"and ranks beyond {ft_group_world_size - 1} fill other replicas; each replica's ranks are mapped to global "
                 f"ranks (replica = rank // {ft_group_world_size}); give --transform-ft --group-world-size N where "
                 "the replica size differs", *loaded.notes))
+    table = resolve_groups(loaded.dumps, loaded.ranks_named, ft_group_world_size)
     if discovery.stacks:
-        stacks, notes = read_stack_files(discovery.stacks, set(loaded.ranks_named) | set(loaded.dumps))
+        ranks = set(loaded.ranks_named) | set(loaded.dumps) | set(table.world)
+        alive = _ranks_alive(ranks, {rank for rank, _ in discovery.stacks})
+        stacks, notes = read_stack_files(discovery.stacks, ranks | alive)
         loaded = replace(loaded, stacks=stacks, notes=(*loaded.notes, *notes))
-    return loaded, resolve_groups(loaded.dumps, loaded.ranks_named, ft_group_world_size)
+        if alive - set(table.world):  # a process that left no dump but wrote its stacks is a rank of the job
+            table = resolve_groups(loaded.dumps, frozenset(loaded.ranks_named) | alive, ft_group_world_size)
+    return loaded, table
+
+
+def _ranks_alive(ranks: set[int], with_stacks: set[int]) -> set[int]:
+    """The ranks past the dumps' world that stack files name, where they continue it without a gap
+    (gloo dumps only from inside a collective: a rank stalled in its data loader never dumps, though
+    its stacks were taken); a stack file of a rank far past the world is another job's."""
+    alive: set[int] = set()
+    nxt = max(ranks, default=-1) + 1
+    while nxt in with_stacks:
+        alive.add(nxt)
+        nxt += 1
+    return alive
 
 
 class Result:

@@ -209,7 +209,7 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             said = [check.failure_text() for check in failed[:4] if check.detail]
             evidence.append(f"health check: rank {rank}'s {', '.join(check.check for check in failed[:4])} checks failed"
                             + (f" ({'; '.join(said)})" if said else ""))
-    causes = _causes(sorted(set(culprits)), named_by, undecidable, dumps, graph)
+    causes = _causes(sorted(set(culprits)), named_by, undecidable, dumps, graph, set(mains))
     seen_in_stacks = []  # what the stacks showed: evidence of the cause, never of who the culprit is
     apart = _stacks_apart(sorted(set(culprits)), table.groups, mains)
     odd_said, unsaid = _odd_ones_said(apart, places)
@@ -327,11 +327,13 @@ CAUSES = ("divergence", "compute_or_data_stall", "stuck_below_pytorch", "gpu_nev
           "hardware", "unknown")
 
 
-def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int], dumps, graph: WaitGraph
-            ) -> dict[int, tuple[str, str]]:
+def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int], dumps, graph: WaitGraph,
+            with_stacks: set[int] = frozenset()) -> dict[int, tuple[str, str]]:
     """Why each culprit holds the job up, from everything the dumps show: (cause, said in words).
 
-    A failed health check is the cause whatever the pattern; a rank without a dump is gone; a
+    A failed health check is the cause whatever the pattern; a rank without a dump is gone,
+    unless a Python stack of it (`with_stacks`) shows its process alive (gloo dumps only from
+    inside a collective: a rank stalled elsewhere never dumps); a
     rank that issued other ops than its peers (a mismatch, or it waits in an op they never
     issued) diverged; a rank in an op every member issued and none finished is stuck below
     PyTorch, or its GPU never reached it; a rank in no collective computes or loads data, unless
@@ -342,6 +344,9 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
         how = named_by.get(rank)
         if failed:
             causes[rank] = ("hardware", f"health check failed: {failed[0].failure_text()}")
+        elif rank not in dumps and rank in with_stacks:  # _with_stacks says where it is
+            causes[rank] = ("compute_or_data_stall", "left no dump, but its Python stack shows its process alive, in no "
+                            "collective: computing or loading data (gloo dumps only from inside a collective)")
         elif rank not in dumps:
             causes[rank] = ("process_gone", "did not answer frtrace live: its process may be gone or its host unreachable"
                             if rank in graph.unanswered else "left no dump: its process is gone or its host unreachable")
