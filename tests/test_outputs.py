@@ -352,3 +352,19 @@ def test_the_summary_prints_as_tabulate_prints_text(rows):
 
     rows = [["ranks loaded", "4 (0-3)"], *map(list, rows)]
     assert plain_table(rows) == tabulate(rows, tablefmt="plain")  # as the summary was printed
+
+
+@pytest.mark.parametrize("op, flagged", [("broadcast", 0), ("reduce", 0), ("gather", 0), ("all_reduce", 3)])
+def test_a_late_member_of_a_rooted_op_is_no_clock_skew(op, flagged):
+    # rank 1 arrives 50 ms after rank 0 left: a broadcast's root leaves once it has sent, so only
+    # ops that wait for every member make that impossible (one host: no skew at all)
+    def rank(r):
+        late = 50_000_000 if r == 1 else 0
+        return make_dump([entry(seq=i, op=op, backend="nccl", state="completed", time_created_ns=i * 100_000_000 + late,
+                                time_discovered_completed_ns=i * 100_000_000 + 1_000_000 + late) for i in (1, 2, 3)])
+    dumps = {r: normalize(rank(r), r, f"r{r}", "pickle") for r in range(2)}
+    stats = compute_stats(analyze(dumps, resolve_groups(dumps)), dumps)
+    assert stats.stragglers[0].rank == 1 and stats.stragglers[0].impossible == flagged
+    out = io.StringIO()
+    render_stats(stats, out)
+    assert ("clock skew" in out.getvalue()) == bool(flagged)

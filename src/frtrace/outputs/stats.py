@@ -106,6 +106,9 @@ def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
     return Stats(ops, stragglers, tuple(tally.spreads))
 
 
+_ROOTED = frozenset({"broadcast", "_broadcast_oop", "reduce", "_reduce_oop", "gather", "scatter"})
+
+
 class _Tally:
     """The sums compute_stats builds, collective by collective."""
 
@@ -154,9 +157,11 @@ class _Tally:
         middle = statistics.median(created)
         self.spreads.append(Spread(check.group.label, check.collective_seq_id, op_of(last), (latest - min(created)) / 1e6, last))
         self.last_counts[last].append((latest - middle) / 1e6)
-        # another member left the collective before `last` arrived: only a clock can do that
+        # another member left the collective before `last` arrived: only a clock can do that, in
+        # an op that waits for every member (a broadcast's root and the receivers served leave
+        # before a late receiver arrives; a reduce's or gather's non-roots likewise)
         earliest_exit = min((t for i, t in enumerate(left) if i != at and t), default=None)
-        if earliest_exit and latest > earliest_exit:
+        if earliest_exit and latest > earliest_exit and op_of(last) not in _ROOTED:
             self.impossible[last].append((latest - earliest_exit) / 1e6)
 
 
