@@ -182,3 +182,19 @@ def test_the_times_are_loaded_for_timing_only_and_the_rest_reads_the_same_withou
     assert run(forced=True) == without and loads == [True, True]
     timed = run("--timing")
     assert loads == [True, True] and '"timing": [' in timed and '"timing": null' in without
+
+
+def test_two_runs_of_one_program_that_hung_alike_are_two_runs_not_one_job_dumped_twice(tmp_path, capsys):
+    # the same records, ops and states, every one created 54 s later: the program was run again
+    a = tmp_path / "a"
+    shutil.copytree(FIXTURES / "skip_rank2", a)
+    b = tmp_path / "b"
+    b.mkdir()
+    import pickle
+    for path in sorted(a.glob("nccl_trace_rank_*")):
+        dump = pickle.loads(path.read_bytes())
+        for raw in dump["entries"]:
+            raw["time_created_ns"] += 54 * 10**9
+        (b / path.name).write_bytes(pickle.dumps(dump, protocol=2))
+    said = _refused(a, b, capsys)  # was STUCK "record for record"
+    assert "not one job dumped twice: rank 0's #3 of tp was created 54 s apart in A and B: two runs of the program" in said

@@ -186,6 +186,15 @@ def _not_continued(rank: int, a: Dump, table_a: GroupTable, b: Dump, table_b: Gr
             op_a, op_b = _record_label(a, i, table_a), _record_label(b, j, table_b)
             if op_a != op_b:
                 return f"rank {rank}'s record {record} is {op_a} in A and {op_b} in B"
+    moments_b = {m.pg_name: m for m in b.moments}
+    for moment in a.moments:  # the same last op of a group was created at one moment, in one run
+        other = moments_b.get(moment.pg_name)
+        if (other is not None and other.last_seq == moment.last_seq and moment.last_created_ns and other.last_created_ns
+                and other.last_created_ns != moment.last_created_ns):
+            group = table_a.group_of(rank, moment.pg_name)
+            apart = abs(other.last_created_ns - moment.last_created_ns) / 1e9
+            return (f"rank {rank}'s #{moment.last_seq} of {group.label if group else moment.pg_name} was created "
+                    f"{apart:.3g} s apart in A and B: two runs of the program, not one run dumped twice")
     if not forward:
         return None
     standing_a, standing_b = _standings(a, table_a), _standings(b, table_b)
