@@ -84,3 +84,20 @@ def test_the_contract_is_all_there_and_importing_it_stays_cheap():
     assert loaded.strip() == "['frtrace']"
     with pytest.raises(AttributeError):
         frtrace.no_such_name
+
+
+@pytest.mark.parametrize("argument, value, error, said", [
+    ("jobs", -1, frtrace.FrtraceError, "jobs must be at least 1 (reading processes"),  # was: read in the caller's process
+    ("jobs", 0, frtrace.FrtraceError, "jobs must be at least 1"),
+    ("group_world_size", -3, frtrace.FrtraceError, "group_world_size must be at least 1"),  # was: silently INCONCLUSIVE
+    ("jobs", "4", TypeError, "jobs must be an int or None, not str"),
+    ("jobs", True, TypeError, "jobs must be an int or None, not bool"),
+    ("group_world_size", 2.0, TypeError, "group_world_size must be an int or None, not float"),
+    ("prefix", 7, TypeError, "prefix must be a str or None, not int"),
+    ("path", None, TypeError, "path must be a str or os.PathLike, not NoneType"),
+])
+def test_the_api_refuses_what_the_command_refuses_naming_the_argument(argument, value, error, said):
+    arguments = {"path": str(FIXTURES / "healthy"), argument: value}
+    with pytest.raises(error) as raised:
+        frtrace.analyze_dumps(**arguments)
+    assert said in str(raised.value)

@@ -253,7 +253,14 @@ def analyze_dumps(path: str | os.PathLike, *, prefix: str | None = None, jobs: i
     who desynced. `prefix`: the file name before the rank (inferred where None); `jobs`: reading
     processes (None: the CPUs this process may use); `group_world_size`: torchft's replica size
     where the dumps do not show it. Files that cannot be used are in `Result.skipped`; where none
-    can, or the options cannot work, a FrtraceError says why. Nothing is printed."""
+    can, or the options cannot work, a FrtraceError says why (a TypeError naming the argument
+    where one is of the wrong type). Nothing is printed."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"analyze_dumps: path must be a str or os.PathLike, not {type(path).__name__}")
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"analyze_dumps: prefix must be a str or None, not {type(prefix).__name__}")
+    jobs = _count_argument("jobs", jobs, "reading processes (None: the CPUs this process may use)")
+    group_world_size = _count_argument("group_world_size", group_world_size, "ranks in one torchft replica group")
     trace_dir = os.fspath(path)
     collecting = gc.isenabled()
     gc.disable()  # millions of small tuples with no cycles: the collector would only rescan them
@@ -265,3 +272,15 @@ def analyze_dumps(path: str | os.PathLike, *, prefix: str | None = None, jobs: i
     finally:
         if collecting:
             gc.enable()
+
+
+def _count_argument(name: str, value: Any, what: str) -> int | None:
+    """An API argument that counts something, checked as the command line checks its option: None,
+    or an int of at least 1 (a bool is no count)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"analyze_dumps: {name} must be an int or None, not {type(value).__name__}")
+    if value < 1:
+        raise UsageError(f"analyze_dumps: {name} must be at least 1 ({what}), not {value}")
+    return value
