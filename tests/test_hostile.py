@@ -605,3 +605,37 @@ def test_workers_are_started_by_fork_asked_for_by_name(monkeypatch):
 
     monkeypatch.setattr("multiprocessing.get_start_method", lambda *a, **k: "forkserver")  # as on 3.14
     assert workers._context().get_start_method() == "fork"
+
+
+# ---------------------------------------------------------------------------- confined reading (frtrace mcp)
+def test_confined_reading_opens_no_link_and_checks_the_file_opened_not_its_path(tmp_path, monkeypatch):
+    import errno
+
+    from frtrace.errors import DumpError
+    from frtrace.mcp_server import Roots
+    from frtrace.reading import limits
+    from frtrace.reading.safe_read import read_raw
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "set").mkdir(parents=True)
+    outside.mkdir()
+    dump = pickle.dumps(make_dump(ops(2)), protocol=2)
+    (root / "set" / "nccl_trace_rank_0").write_bytes(dump)
+    (outside / "nccl_trace_rank_1").write_bytes(dump)
+    (root / "set" / "nccl_trace_rank_1").symlink_to(outside / "nccl_trace_rank_1")
+    (root / "hosts").symlink_to(outside, target_is_directory=True)  # a folder above the file is the link
+    monkeypatch.setattr(limits, "_confined", ())
+    limits.confine((str(root),))
+    assert read_raw(str(root / "set" / "nccl_trace_rank_0"))[1] == "pickle"
+    with pytest.raises(DumpError, match="a link, which frtrace does not follow here"):
+        read_raw(str(root / "set" / "nccl_trace_rank_1"))
+    with pytest.raises(OSError) as raised:
+        limits.open_file(str(root / "hosts" / "nccl_trace_rank_1"))
+    assert raised.value.errno == errno.EACCES and "outside the folders this server may read" in str(raised.value)
+    # the path checked, then swapped for a link before it is read: the file opened is refused
+    checked = Roots([str(root)]).check(str(root / "set" / "nccl_trace_rank_0"), "path")
+    (root / "set" / "nccl_trace_rank_0").unlink()
+    (root / "set" / "nccl_trace_rank_0").symlink_to(outside / "nccl_trace_rank_1")
+    with pytest.raises(DumpError, match="a link"):
+        read_raw(checked)
+    os.close(limits.open_file(str(outside / "nccl_trace_rank_1"), own=True))  # a copy frtrace made itself

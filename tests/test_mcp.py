@@ -4,6 +4,7 @@ would, and its results checked against the fixtures' truth and the schemas."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 
@@ -82,3 +83,51 @@ def test_a_path_outside_the_roots_is_refused_and_reads_nothing(tmp_path):
     for result in results[:2]:
         assert result.is_error and "is outside the folders this server may read" in result.content[0].text
     assert results[2].is_error and "missing" in results[2].content[0].text
+
+
+def test_links_inside_a_dump_folder_are_never_followed_and_the_rest_is_read(tmp_path):
+    # a dump and a stack file that are links out of the root, and a host folder that is one:
+    # none is read; the other ranks are
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "stacks_skip_goes_on", root / "set")
+    secret = tmp_path / "outside"
+    shutil.copytree(FIXTURES / "skip_rank2", secret)
+    (root / "set" / "nccl_trace_rank_3").unlink()
+    (root / "set" / "nccl_trace_rank_3").symlink_to(secret / "nccl_trace_rank_3")
+    (root / "set" / "nccl_trace_rank_1.stacks").unlink()
+    (root / "set" / "nccl_trace_rank_1.stacks").symlink_to(FIXTURES / "stacks_data_stall_rank2" / "nccl_trace_rank_2.stacks")
+    _, results = _session([str(root)], [("analyze_dumps", {"path": str(root / "set")})])
+    report = _json(results[0])
+    assert 3 not in report["ranks_loaded"] and report["ranks_loaded"] == [0, 1, 2]
+    (skipped,) = report["skipped_files"]
+    assert skipped["path"].endswith("nccl_trace_rank_3") and "a link, which frtrace does not follow here" in skipped["reason"]
+    assert any("nccl_trace_rank_1.stacks" in note and "a link" in note for note in report["notes"])
+    assert report["culprit_stacks"].get("1", {}).get("python") is None
+
+
+def test_huge_or_mistyped_arguments_are_refused_in_one_line_without_their_value(tmp_path):
+    shutil.copytree(FIXTURES / "skip_rank2", tmp_path / "set")
+    huge = "x" * 10_000_000
+    deep = "a/" * 5_000_000
+    started = __import__("time").monotonic()
+    _, results = _session([str(tmp_path)], [
+        ("analyze_dumps", {"path": huge}),
+        ("analyze_dumps", {"path": str(tmp_path) + "/" + deep}),
+        ("rank_entries", {"path": str(tmp_path / "set"), "rank": "two", "group": "tp"}),
+        ("live_snapshot", {"out_dir": str(tmp_path / "snap"), "workers": ["127.0.0.1:9"] * 5000}),
+    ])
+    assert __import__("time").monotonic() - started < 60
+    said = [r.content[0].text for r in results]
+    assert all(r.is_error for r in results) and all("\n" not in text and len(text) < 300 for text in said), said
+    assert "path: 10,000,000 characters; at most 4,096" in said[0]
+    assert re.search(r"path: 10,000,\d{3} characters; at most 4,096", said[1])
+    assert "rank: " in said[2] and "two" not in said[2]
+    assert "workers: 5,000 items; at most 4,096" in said[3]
+
+
+def test_a_live_snapshot_with_interval_0_is_one_snapshot_as_the_command_documents(tmp_path):
+    workers = [_url(_worker(traces[1])).removeprefix("http://") for traces in _pair("twice_hang_rank2")]
+    _, results = _session([str(tmp_path)], [("live_snapshot", {"out_dir": str(tmp_path / "snap"), "workers": workers,
+                                                               "interval": 0})])
+    live = _json(results[0])  # was: refused, "0.1 to 60"
+    assert live["culprit_ranks"] == [2] and sorted(p.name for p in (tmp_path / "snap").iterdir()) != ["a", "b"]

@@ -13,8 +13,11 @@ Built on the official MCP Python SDK (`pip install 'frtrace[mcp]'`). Tools:
 
 Every path must lie under one of the roots given when the server starts (links resolved), and
 is then checked as the command line checks it: a dump set is read, never written to, and a
-snapshot folder is never one the server did not make. A failure is the tool's error, in the
-one line the command would print.
+snapshot folder is never one the server did not make. Every file read under it is opened
+through no link, and the file opened, not its path, must lie under a root (reading.limits.confine):
+a link inside a dump folder, or one swapped in after the check, is refused. Arguments are bounded
+(4,096 characters, 4,096 items) before any work. A failure is the tool's error, in the one line
+the command would print.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .errors import FrtraceError, UsageError, display_path
+from .errors import FrtraceError, UsageError, display_path, printable
+from .reading.limits import confine, under
 
 MAX_WINDOW = 500  # entries either side of a seq id rank_entries returns at most
 MAX_INTERVAL_S = 60  # between live_snapshot's two snapshots
+MAX_TEXT_ARGUMENT = 4096  # characters in one string argument (PATH_MAX): checked before any work
+MAX_LIST_ARGUMENT = 4096  # items in one list argument (workers' addresses)
 
 
 class Roots:
@@ -41,11 +47,14 @@ class Roots:
         self.roots = tuple(os.path.realpath(root) for root in roots)
 
     def check(self, path: str, what: str) -> str:
-        """`path` where it resolves under a root; a UsageError naming the roots where not."""
+        """`path` where it resolves under a root; a UsageError naming the roots where not. What is
+        then read under it is read through no link (limits.confine, set by main)."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise UsageError(f"{what}: give a path")
+        if len(path) > MAX_TEXT_ARGUMENT:
+            raise UsageError(f"{what}: a path of {len(path):,} characters; at most {MAX_TEXT_ARGUMENT:,}")
         real = os.path.realpath(path)
-        if not any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in self.roots):
+        if not under(real, self.roots):
             raise UsageError(f"{what} {display_path(path)} is outside the folders this server may read "
                              f"({', '.join(display_path(r) for r in self.roots)}); start it with --root for that folder")
         return path
@@ -120,8 +129,9 @@ class Tools:
 
         if not store and not workers:
             raise UsageError("give the job's store (HOST:PORT, its MASTER_ADDR:MASTER_PORT) or its workers' addresses")
-        if not 0.1 <= interval <= MAX_INTERVAL_S:
-            raise UsageError(f"interval: seconds between the two snapshots, 0.1 to {MAX_INTERVAL_S}, not {interval}")
+        if not (interval == 0 or 0.1 <= interval <= MAX_INTERVAL_S):
+            raise UsageError(f"interval: seconds between the two snapshots, 0.1 to {MAX_INTERVAL_S}, or 0 for one "
+                             f"snapshot; not {interval}")
         self.roots.check(out_dir, "out_dir")
         options = LiveOptions(workers=tuple(workers or ()), store=store, out_dir=out_dir, interval=interval)
         return self._json_of(lambda path: run_live(replace(options, json_path=path), io.StringIO(), io.StringIO()))
@@ -141,9 +151,27 @@ def build_server(roots: Sequence[str]):
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
+    from pydantic import ValidationError
+
+    class Server(MCPServer):
+        """The SDK's server, with each call's arguments bounded before any work and refused in one
+        line that names them, never echoing what was given (the SDK's own error is pydantic's
+        multi-line text, with the values)."""
+
+        async def call_tool(self, name, arguments, context=None):
+            oversized = _oversized(arguments or {})
+            if oversized:
+                raise ToolError(f"{name}: {oversized}")
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):
+                    raise ToolError(f"{name}: {_invalid(exc.__cause__)}") from None
+                raise
+
     tools = Tools(Roots(roots))
-    server = MCPServer("frtrace", instructions="Analyze PyTorch Flight Recorder dumps of a hung distributed job: "
-                       "analyze_dumps first, then rank_entries and explain_finding to look closer.")
+    server = Server("frtrace", instructions="Analyze PyTorch Flight Recorder dumps of a hung distributed job: "
+                    "analyze_dumps first, then rank_entries and explain_finding to look closer.")
 
     def guarded(method):
         def call(*args, **kwargs):
@@ -182,6 +210,30 @@ def build_server(roots: Sequence[str]):
     return server
 
 
+def _oversized(arguments: dict[str, Any]) -> str | None:
+    """What is too large in a call's arguments, naming it and its size (never its value); None."""
+    for name, value in arguments.items():
+        shown = str(name)[:64]
+        if isinstance(value, str) and len(value) > MAX_TEXT_ARGUMENT:
+            return f"{shown}: {len(value):,} characters; at most {MAX_TEXT_ARGUMENT:,}"
+        if isinstance(value, (list, dict)):
+            if len(value) > MAX_LIST_ARGUMENT:
+                return f"{shown}: {len(value):,} items; at most {MAX_LIST_ARGUMENT:,}"
+            if any(isinstance(item, str) and len(item) > MAX_TEXT_ARGUMENT for item in value):
+                return f"{shown}: an item over {MAX_TEXT_ARGUMENT:,} characters"
+    return None
+
+
+def _invalid(error) -> str:
+    """A pydantic ValidationError in one line: each argument and what it must be, without the value."""
+    said = []
+    for item in error.errors()[:4]:
+        where = ".".join(str(part)[:64] for part in item.get("loc", ())) or "arguments"
+        said.append(f"{printable(where)}: {printable(str(item.get('msg', 'invalid'))[:120])}")
+    more = f" (and {len(error.errors()) - 4} more)" if len(error.errors()) > 4 else ""
+    return "invalid arguments: " + "; ".join(said) + more
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="frtrace mcp", description="frtrace as an MCP server over stdio (for agents).")
     parser.add_argument("--root", action="append", required=True, metavar="DIR",
@@ -190,6 +242,7 @@ def main(argv: Sequence[str]) -> int:
     missing = [root for root in args.root if not os.path.isdir(root)]
     if missing:
         raise UsageError(f"--root {display_path(missing[0])}: not a folder")
+    confine(tuple(args.root))  # every file read from now on lies under a root, reached through no link
     try:
         server = build_server(args.root)
     except ImportError:

@@ -26,7 +26,7 @@ from typing import IO
 
 from .discover import MARKED_BYTES, Discovery, Found, archive_kind, finish, placed, sniff, split_name
 from ..errors import UsageError, display_path
-from .limits import MAX_DUMP_BYTES
+from .limits import MAX_DUMP_BYTES, open_file
 from .safe_read import short_reason
 from ..types import SkippedFile
 
@@ -47,7 +47,7 @@ def is_archive(path: str) -> bool:
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False
-        with open(path, "rb") as handle:
+        with os.fdopen(open_file(path), "rb") as handle:
             head = handle.read(512)
     except OSError:
         return False
@@ -158,20 +158,22 @@ def _copy_member(open_member, target: str) -> bytes:
 def _members(path: str) -> Iterator[tuple[str, int, str, object]]:
     """(name, size, kind, opener) of every member: kind "file", "dir", "a link", "a device"...; a
     damaged archive ends with ("", 0, why, None)."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(512)
+    try:  # opened once, and read from that descriptor: the file checked is the file read
+        handle = os.fdopen(open_file(path), "rb")
+        head = handle.read(512)
+        handle.seek(0)
     except OSError as exc:
         raise UsageError(f"{display_path(path)}: cannot read the archive ({exc.strerror}); check the file") from None
-    if archive_kind(head) == "zip" or (archive_kind(head) is None and path.lower().endswith(".zip")):
-        yield from _zip_members(path)
-    else:
-        yield from _tar_members(path)
+    with handle:
+        if archive_kind(head) == "zip" or (archive_kind(head) is None and path.lower().endswith(".zip")):
+            yield from _zip_members(path, handle)
+        else:
+            yield from _tar_members(path, handle)
 
 
-def _zip_members(path: str) -> Iterator[tuple[str, int, str, object]]:
+def _zip_members(path: str, handle) -> Iterator[tuple[str, int, str, object]]:
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(handle)
     except _DAMAGED as exc:
         raise UsageError(f"{display_path(path)}: not a readable zip archive ({short_reason(exc)}); the file is damaged "
                          "or not a zip: check it, or extract what can be and pass the folder") from None
@@ -189,9 +191,9 @@ def _zip_members(path: str) -> Iterator[tuple[str, int, str, object]]:
             yield _clean(info.filename), info.file_size, kind, _opener(archive.open, info)
 
 
-def _tar_members(path: str) -> Iterator[tuple[str, int, str, object]]:
+def _tar_members(path: str, handle) -> Iterator[tuple[str, int, str, object]]:
     try:
-        archive = tarfile.open(path, mode="r:*")
+        archive = tarfile.open(fileobj=handle, mode="r:*")
     except _DAMAGED as exc:
         raise UsageError(f"{display_path(path)}: not a readable tar archive ({short_reason(exc)}); the file is damaged "
                          "or not a tar: check it, or extract what can be and pass the folder") from None

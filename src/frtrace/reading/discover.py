@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError, display_path, printable
-from .limits import MAX_DUMP_BYTES, MAX_RANK, read_small
+from .limits import MAX_DUMP_BYTES, MAX_RANK, open_file, read_small
 from ..types import SkippedFile
 
 HEAD_BYTES = 64
@@ -157,7 +157,7 @@ def _archive_hint(head: bytes) -> str:
 def _read_head(path: str) -> tuple[os.stat_result, bytes]:
     """stat and first bytes of a regular file, opened non-blocking and checked again: a FIFO
     that replaced the file since it was listed never blocks."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = open_file(path)
     try:
         info = os.fstat(fd)
         return info, os.read(fd, MARKED_BYTES) if stat.S_ISREG(info.st_mode) else b""

@@ -9,6 +9,7 @@ file under a memory ceiling.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -33,13 +34,62 @@ _PARSE_FACTOR = 32
 PARSE_CAP = 1 << 30
 
 
+# Folders every file read must lie in, reached through no link (frtrace mcp's roots, set once
+# when its server starts; inherited by the reading workers it forks). Empty: no confinement.
+_confined: tuple[str, ...] = ()
+
+
+def confine(roots: tuple[str, ...]) -> None:
+    """From now on, open_file opens only files under `roots` (links resolved), through no link."""
+    global _confined
+    _confined = tuple(os.path.realpath(root) for root in roots)
+
+
+def under(real: str, roots: tuple[str, ...]) -> bool:
+    """Whether the resolved path `real` is one of `roots` or lies inside one."""
+    return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def open_file(path: str, *, follow_links: bool = True, own: bool = False) -> int:
+    """A descriptor of `path` opened to read, without waiting (a FIFO never blocks). Confined
+    (frtrace mcp): never through a link in its last part, and the file the descriptor holds, not
+    the path, must lie under the roots: a link in a folder above it, or one swapped in after the
+    path was checked, is refused (OSError EACCES) and nothing of it is read. `own`: a file frtrace
+    made itself (an archive member's copy, in its private folder), read where it is."""
+    confined = () if own else _confined
+    nofollow = getattr(os, "O_NOFOLLOW", 0) if confined or not follow_links else 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | nofollow)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and nofollow:
+            raise OSError(errno.ELOOP, "a link, which frtrace does not follow here") from None
+        raise
+    if confined and not under(_real_path(fd, path), confined):
+        os.close(fd)
+        raise OSError(errno.EACCES, "outside the folders this server may read (reached through a link)")
+    return fd
+
+
+def _real_path(fd: int, path: str) -> str:
+    """Where the open file `fd` really is: the kernel's name for it, else (no /proc) the path
+    resolved, where it is still the same file."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        real = os.path.realpath(path)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(real))
+        except OSError:
+            same = False
+        return real if same else ""
+
+
 def read_small(path: str, cap: int, *, follow_links: bool = True) -> bytes:
     """The bytes of a small file beside the dumps (a manifest, a stack file, a list of addresses):
     a regular file only, opened without waiting (never a FIFO or a device; never through a link
     unless `follow_links`), read up to `cap` bytes. OSError where it cannot be opened or read;
     ValueError, with the reason, where it is not a regular file or is over the cap."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(os.open(path, flags), "rb") as handle:
+    with os.fdopen(open_file(path, follow_links=follow_links), "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             raise ValueError("not a regular file; not read")
         raw = handle.read(cap + 1)

@@ -17,7 +17,7 @@ from typing import Any
 
 from .discover import HEAD_BYTES, sniff
 from ..errors import DumpError, printable
-from .limits import MAX_DUMP_BYTES, MAX_ENTRIES, PARSE_CAP, bounded_memory, parse_is_capped
+from .limits import MAX_DUMP_BYTES, MAX_ENTRIES, PARSE_CAP, bounded_memory, open_file, parse_is_capped
 
 
 
@@ -52,17 +52,22 @@ def _bounded_int(text: str) -> int | HugeInt:
 def read_raw(path: str, shown: str | None = None) -> tuple[Any, str]:
     """The raw object held by a dump file, and "pickle" or "json" (sniffed from the first bytes).
 
-    The file is opened non-blocking (a FIFO that replaced it since discovery must not block),
-    checked to be a regular file of bounded size, sniffed from its first bytes before the rest is
-    read, and parsed under a memory ceiling (limits.bounded_memory). Errors name the file as
-    `shown` where it is given (an archive member, read from its copy)."""
+    The file is opened non-blocking (a FIFO that replaced it since discovery must not block; where
+    frtrace mcp confines reading, through no link: limits.open_file), checked to be a regular file
+    of bounded size, sniffed from its first bytes before the rest is read, and parsed under a
+    memory ceiling (limits.bounded_memory). Errors name the file as `shown` where it is given (an
+    archive member, read from the copy frtrace made of it)."""
     if shown is not None:
         try:
-            return read_raw(path)
+            return _read_raw(path, own=True)
         except DumpError as exc:
             raise DumpError(shown, exc.reason) from None
+    return _read_raw(path, own=False)
+
+
+def _read_raw(path: str, own: bool) -> tuple[Any, str]:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = open_file(path, own=own)
     except OSError as exc:
         raise DumpError(path, f"cannot open it ({exc.strerror}); check its permissions") from None
     try:
