@@ -579,6 +579,18 @@ def test_head_of_the_report_exits_with_the_verdict():
     assert result.returncode == 1 and b"Traceback" not in result.stderr
 
 
+@pytest.mark.process
+@pytest.mark.parametrize("stream", ["--json", "--markdown"])
+def test_a_reader_that_goes_away_from_json_or_markdown_on_stdout_keeps_the_status_and_the_files(stream, tmp_path):
+    # a reader that left before anything was written (`true` reads nothing): EPIPE on the first write
+    result = subprocess.run(f"{sys.executable} -m frtrace -d {SKIP} {stream} - -o {tmp_path}/db.pkl | true; "
+                            "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash", capture_output=True, timeout=60)
+    assert result.returncode == 1, result.stderr  # the verdict's (was 2: "cannot write the JSON report")
+    assert b"Traceback" not in result.stderr and b"cannot write" not in result.stderr
+    assert (tmp_path / "db.pkl").stat().st_size > 1000  # was: left unwritten
+    assert b"wrote " in result.stderr
+
+
 # ---------------------------------------------------------------------------- options that would be ignored
 @pytest.mark.parametrize("argv,message", [
     (["-j", "-o", "x.db"], "-j prints the entries and runs no analysis, so -o would write nothing"),

@@ -249,7 +249,14 @@ class Outputs:
             for plan, fd in sorted(self.staged, key=lambda staged: not staged[0].stream):
                 try:
                     if plan.stream:
-                        _copy_to_stream(fd, plan)
+                        try:
+                            _copy_to_stream(fd, plan)
+                        except BrokenPipeError:
+                            if plan.path != "-":
+                                raise
+                            # standard output's reader went away (| head): as with the text
+                            # report, it ends the printing quietly, and the files are still written
+                            _stdout_to_null()
                     else:
                         temp = _named(fd, plan)
                         try:
@@ -399,6 +406,14 @@ def _copy_to_stream(staged: int, plan: PlannedOutput) -> None:
             shutil.copyfileobj(source, sink)
     finally:
         os.close(fd)
+
+
+def _stdout_to_null() -> None:
+    """Standard output pointed at /dev/null: nothing more is printed, and nothing fails at exit."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no descriptor behind it (a test's stand-in)
+        pass
 
 
 def _hold_signals() -> set | None:
