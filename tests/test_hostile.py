@@ -651,3 +651,43 @@ def test_confined_reading_opens_no_link_and_checks_the_file_opened_not_its_path(
     with pytest.raises(DumpError, match="a link"):
         read_raw(checked)
     os.close(limits.open_file(str(outside / "nccl_trace_rank_1"), own=True))  # a copy frtrace made itself
+
+
+# ---------------------------------------------------------------------------- limits of the machine
+def _limited_run(folder, limit: tuple[int, int], *args: str) -> subprocess.CompletedProcess:
+    import resource
+
+    def lower() -> None:
+        resource.setrlimit(limit[0], (limit[1], resource.getrlimit(limit[0])[1]))
+    return subprocess.run([sys.executable, "-m", "frtrace", "-d", str(folder), *args], capture_output=True, text=True,
+                          preexec_fn=lower, timeout=300)
+
+
+@pytest.mark.process
+def test_a_low_address_space_limit_is_said_as_the_machines_never_as_a_damaged_dump(tmp_path):
+    import resource
+
+    big = make_dump(ops(40_000))  # a real-sized dump to parse: 40,000 entries with their frames (~40 MB)
+    for raw in big["entries"]:
+        raw["frames"] = [{"name": f"f{i}_{raw['collective_seq_id']}", "filename": f"/job/module_{i}.py", "line": i}
+                         for i in range(12)]
+    folder = write_dumps(tmp_path / "d", {0: make_dump(ops(10)), 1: make_dump(ops(10)), 2: make_dump(ops(9)), 3: big})
+    said = []
+    for megabytes in (200, 260, 330):  # where each limit bites depends on the Python: none may blame the file
+        done = _limited_run(folder, (resource.RLIMIT_AS, megabytes << 20), "--jobs", "1")
+        assert "damaged or hostile, leave it out" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+        if done.returncode == 2:
+            assert f"address-space limit of {megabytes} MiB (ulimit -v)" in done.stderr and "raise the limit" in done.stderr
+            said.append(megabytes)
+        else:
+            assert "rank 3 left no readable dump" not in done.stdout, done.stdout
+    assert said, "no limit was low enough to bite"
+
+
+@pytest.mark.process
+def test_too_few_file_descriptors_for_the_jobs_asked_read_with_fewer_workers(tmp_path):
+    import resource
+
+    done = _limited_run(FIXTURES / "skip_goes_on_rank5_of_8", (resource.RLIMIT_NOFILE, 64), "--jobs", "40")
+    assert done.returncode == 1, done.stderr  # was exit 3, an internal error (EMFILE)
+    assert done.stdout.startswith("DESYNC: rank 5 never joined")

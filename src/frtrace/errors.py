@@ -50,6 +50,15 @@ class OutputError(FrtraceError):
     """An output file cannot be written."""
 
 
+class LimitError(FrtraceError):
+    """A limit of this machine or process (memory, open files, processes) stops the run: never
+    blamed on a dump. The message names the limit and what to raise. Crosses from the loader's
+    worker processes."""
+
+    def __reduce__(self):
+        return (type(self), self.args)
+
+
 class InternalError(Exception):
     """A bug of frtrace's met while reading one file: never blamed on the rank. Crosses from
     the loader's worker processes with the traceback as text."""

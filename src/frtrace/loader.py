@@ -21,10 +21,10 @@ from .reading import fastpath, progress
 from .reading import wire
 from .reading import workers as worker_processes
 from .reading.discover import Discovery, DumpFile
-from .errors import DumpError, InternalError, display_path, printable
+from .errors import DumpError, InternalError, LimitError, display_path, printable
 from .reading.fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
 from .reading.groups import outvoted_configs, replica_size
-from .reading.limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT
+from .reading.limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT, memory_limit_text
 from .reading.safe_read import HugeInt, read_raw, short_reason
 from .reading.runs import make_runs
 from .types import (
@@ -598,12 +598,15 @@ def _load_one(job: tuple) -> CompactDump | DumpError | InternalError:
     try:
         raw, file_format = read_raw(job[2], shown=path) if len(job) > 2 else read_raw(path)
         return compact(raw, rank, path, file_format)
-    except DumpError as exc:
+    except (DumpError, LimitError) as exc:
         # as a value, without the frames it was raised through: they hold the file's bytes, and
         # through their callers' frames the error itself, a cycle that a worker (its collector
         # off, as the main process's) would keep, a whole file for each file that failed
         exc.__traceback__ = exc.__context__ = exc.__cause__ = None
         return exc
+    except MemoryError:  # past parsing, which is bounded: the machine's memory, never the rank's fault
+        return LimitError(f"{display_path(path)}: reading it ran out of memory under {memory_limit_text()}: the "
+                          "machine's limit, not the file's fault; raise the limit or pass fewer --jobs, and run again")
     except Exception as exc:  # never blamed on the rank: the rank's file may be fine
         return InternalError(display_path(path), f"{type(exc).__name__}: {short_reason(exc)}", traceback.format_exc())
 
@@ -682,7 +685,7 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     unpacker = wire.Unpacker()
 
     def take(rank: int, dump_file: DumpFile, result: tuple | DumpError | InternalError) -> None:
-        if isinstance(result, InternalError):
+        if isinstance(result, (InternalError, LimitError)):  # a bug, or the machine: never a skipped, blamed rank
             raise result
         if isinstance(result, DumpError):
             unreadable.setdefault(rank, []).append(SkippedFile(display_path(result.path), result.reason))

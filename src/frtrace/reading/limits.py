@@ -117,6 +117,39 @@ def _address_space_in_use() -> int | None:
         return None
 
 
+class MachineMemory(MemoryError):
+    """Memory ran out under the process's own address-space limit (ulimit -v), below what frtrace
+    gives a file: the machine's limit, not the file's fault."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+def memory_limited() -> bool:
+    """Whether this process runs under an address-space limit of its own (ulimit -v)."""
+    try:
+        import resource
+
+        return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+    except (ImportError, OSError, ValueError):
+        return False
+
+
+def memory_limit_text(limit: int | None = None) -> str:
+    """'the address-space limit of 512 MiB (ulimit -v)' for a message, read now where not given."""
+    if limit is None:
+        try:
+            import resource
+
+            limit, unlimited = resource.getrlimit(resource.RLIMIT_AS)[0], resource.RLIM_INFINITY
+        except (ImportError, OSError, ValueError):
+            limit = unlimited = -1
+        if limit == unlimited:
+            return "the memory this machine has"
+    return f"the address-space limit of {limit >> 20} MiB (ulimit -v)"
+
+
 @contextmanager
 def bounded_memory(file_size: int) -> Iterator[None]:
     """Make allocations past what parsing a `file_size`-byte file can honestly need fail with
@@ -140,7 +173,10 @@ def bounded_memory(file_size: int) -> Iterator[None]:
     if hard != resource.RLIM_INFINITY:
         ceiling = min(ceiling, hard)
     if soft != resource.RLIM_INFINITY and soft <= ceiling:
-        yield
+        try:  # the process's own limit is the lower: running out is the machine's doing, not the file's
+            yield
+        except MemoryError:
+            raise MachineMemory(soft) from None
         return
     resource.setrlimit(resource.RLIMIT_AS, (ceiling, hard))
     try:

@@ -16,8 +16,9 @@ import stat
 from typing import Any
 
 from .discover import HEAD_BYTES, sniff
-from ..errors import DumpError, printable
-from .limits import MAX_DUMP_BYTES, MAX_ENTRIES, PARSE_CAP, bounded_memory, open_file, parse_is_capped
+from ..errors import DumpError, LimitError, display_path, printable
+from .limits import (MAX_DUMP_BYTES, MAX_ENTRIES, PARSE_CAP, MachineMemory, bounded_memory, memory_limit_text, open_file,
+                     parse_is_capped)
 
 
 
@@ -112,6 +113,10 @@ def parse_raw(data: bytes, path: str) -> tuple[Any, str]:
     except _Refused as exc:
         raise DumpError(path, f"refused: the pickle asks for {printable(str(exc))[:120]}, and a dump holds only data; "
                               "do not trust this file") from None
+    except MachineMemory as exc:
+        raise LimitError(f"{display_path(path)}: parsing it ran out of memory under {memory_limit_text(exc.limit)}: the "
+                         "machine's limit, not the file's fault; raise the limit (ulimit -v unlimited) or pass fewer "
+                         "--jobs, and run again") from None
     except MemoryError:
         if parse_is_capped(len(data)):
             raise DumpError(path, f"parsing it needs more than the {PARSE_CAP >> 30} GiB of memory frtrace gives one dump: "

@@ -6,12 +6,14 @@ parser (a C-level recursion) or exhausts its memory ends a worker, and costs tha
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from ..errors import DumpError
+from ..errors import DumpError, LimitError, display_path
+from .limits import memory_limit_text, memory_limited
 
 _IN_FLIGHT = 2  # files given to a worker ahead of its answers: it never waits for the next one
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
@@ -49,11 +51,23 @@ def _worker(load: Callable, connection) -> None:
     keep_heap()
     try:
         while (job := connection.recv()) is not None:
-            connection.send(load(job))
+            try:
+                connection.send(load(job))
+            except MemoryError:  # reading or sending it: the worker's memory, not the file's fault
+                connection.send(LimitError(f"{display_path(job[0])}: reading it ran out of memory under "
+                                           f"{memory_limit_text()}: the machine's limit, not the file's fault; raise "
+                                           "the limit or pass fewer --jobs, and run again"))
     except (BrokenPipeError, EOFError, OSError):  # the main process stopped listening
         pass
     finally:
         connection.close()
+
+
+_LIMITS = {errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM}  # what starting a worker runs into
+
+
+class _Fewer(Exception):
+    """No more workers can be started now; the ones running go on."""
 
 
 def _context():
@@ -107,13 +121,33 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
                 return
             given[pipe].append(index)
 
-    def lost(index: int) -> DumpError:
+    def lost(index: int) -> DumpError | LimitError:
+        if memory_limited():  # under the process's own limit, the machine's doing is as likely: never blamed on the file
+            return LimitError(f"{display_path(jobs[index][0])}: the process reading it crashed or ran out of memory "
+                              f"under {memory_limit_text()}; raise the limit and run again (if it still fails, the "
+                              "file is damaged or hostile: leave it out)")
         return DumpError(jobs[index][0], "the process reading it crashed or ran out of memory; "
                                          "the file is damaged or hostile, leave it out")
 
+    def start_or_say() -> None:
+        """A worker started, or, where none can be, a LimitError naming what to raise."""
+        try:
+            start_worker()
+        except OSError as exc:
+            if exc.errno not in _LIMITS:
+                raise
+            if not given:  # EMFILE, ENFILE, EAGAIN, ENOMEM: a limit of the process or the machine
+                raise LimitError(f"cannot start a process to read the dumps ({exc.strerror or exc}): a limit of this "
+                                 "machine (open files: ulimit -n; processes: ulimit -u; memory); raise it, or pass "
+                                 "fewer --jobs") from None
+            raise _Fewer() from None
+
     try:
         for _ in range(workers):
-            start_worker()
+            try:
+                start_or_say()
+            except _Fewer:  # as many workers as the limits allow
+                break
         for _ in range(_IN_FLIGHT):
             for pipe in list(given):
                 give(pipe)
@@ -135,7 +169,11 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
                         done[crashed] = lost(crashed)
                         queue.extendleft(reversed(held))  # never read: for the next worker
                         if queue:
-                            replacement = start_worker()
+                            try:
+                                start_or_say()
+                            except _Fewer:  # the workers left take the queue
+                                continue
+                            replacement = list(given)[-1]
                             for _ in range(_IN_FLIGHT):
                                 give(replacement)
                         continue
