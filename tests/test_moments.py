@@ -294,3 +294,33 @@ def test_a_rank_that_never_dumped_but_wrote_its_stacks_is_alive_where_they_show(
     assert report["culprit_stacks"]["3"]["python"][0]["function"] == "__next__"
     assert any("rank 9, which is not a rank of this dump set" in n for n in report["notes"])
     assert not any("rank 3, which is not a rank" in n for n in report["notes"])
+
+
+def test_a_rank_whose_only_missing_peer_had_its_recorder_off_may_wait_for_it_and_is_not_named():
+    # group pair = {0, 3}: rank 0 completed world #1-#2 and pair #1 and sits in pair #2; rank 3's
+    # recorder was off; ranks 1-2 wait for rank 0 in the world's #3. Whether rank 0 waits for
+    # rank 3 in pair #2 cannot be told
+    groups = {"0": ("default_pg", range(4)), "1": ("pair", (0, 3))}
+
+    def op(seq, state="completed", pg="0", desc="default_pg"):
+        return entry(seq=seq, pg=pg, desc=desc, backend="nccl", state=state)
+    config = {name: {"name": name, "desc": desc, "ranks": str(list(ranks))} for name, (desc, ranks) in groups.items()}
+    raw = {0: make_dump([op(1), op(1, pg="1", desc="pair"), op(2), op(2, "started", "1", "pair")], pg_config=config),
+           1: make_dump([op(1), op(2), op(3, "started")], pg_config=config),
+           2: make_dump([op(1), op(2), op(3, "started")], pg_config=config),
+           3: {"version": "2.10", "entries": [], "pg_config": {}, "pg_status": {}}}
+    result = _run(raw)
+    assert (result.verdict, result.culprit_ranks) == ("inconclusive", ())  # rank 0 was named
+    assert "rank 3 (recorder off)" in result.headline and "rank 0" in result.headline
+
+
+def test_a_send_to_a_rank_whose_recorder_was_off_is_no_evidence_against_it():
+    from test_matcher import nccl, p2p
+
+    world = {"0": ("default_pg", range(4))}
+    done = [entry(seq=1, backend="nccl", state="completed")]
+    raw = {0: nccl(done + [p2p("send", 0, 1, 1, state="scheduled")], world), 2: nccl(done, world), 3: nccl(done, world),
+           1: {"version": "2.10", "entries": [], "pg_config": {}, "pg_status": {}}}
+    result = _run(raw)
+    assert not [f for f in result.findings if f.kind == "p2p_unmatched"]  # was: "no matching recv on rank 1"
+    assert 1 not in result.culprit_ranks

@@ -174,9 +174,20 @@ def test_a_rank_without_a_dump_that_the_others_wait_for_is_said_so():
     assert _finding(run(dumps)) == ("missing_ranks", 3, "all_reduce", (3,), "rank 3 left no readable dump; ranks 0-2 wait in it")
 
 
-def test_a_rank_whose_dump_ends_before_a_collective_its_peers_completed_is_an_older_dump_not_a_culprit():
-    # ranks 0-2 completed broadcast #3, which needs every member: rank 3 joined it, its dump is older
+def test_a_collective_some_never_issued_and_nobody_waits_in_is_still_reported_with_its_number_and_op():
+    # a broadcast's root and the receivers served first finish before others issue it: rank 3 may never have
     dumps = {r: nccl(ops(3 if r < 3 else 2, backend="nccl", state="completed", op="broadcast"), WORLD4) for r in range(4)}
+    result = run(dumps)
+    assert _finding(result) == ("missing_ranks", 3, "broadcast", (3,),
+                                "rank 3 never issued it, though ranks 0-2 did and nobody is waiting in it")
+    assert result.headline == ("DESYNC: missing ranks in broadcast of default_pg: rank 3 never issued it, "
+                               "though ranks 0-2 did and nobody is waiting in it")
+    assert result.stale == {}
+
+
+def test_a_rank_whose_dump_ends_before_a_collective_its_peers_completed_is_an_older_dump_not_a_culprit():
+    # ranks 0-2 completed all_reduce #3, which waits for every member: rank 3 joined it, its dump is older
+    dumps = {r: nccl(ops(3 if r < 3 else 2, backend="nccl", state="completed"), WORLD4) for r in range(4)}
     result = run(dumps)
     assert (result.verdict, result.culprit_ranks, result.findings) == ("clean", (), ())
     assert result.headline.endswith("no desync; the dumps were taken at different moments (rank 3's is older, see the notes)")

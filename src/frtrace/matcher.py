@@ -98,8 +98,8 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
                 findings.append(Finding(verdict.kind, group, seq, None, op, verdict.offenders,
                                         group.ranks, verdict.detail, decided=verdict.decided))
 
-    findings.extend(late_arrivals(dumps, table, moments, unseen))
-    p2p_findings, unmatched, p2p_notes = match_p2p(views, dumps, tracking)
+    findings.extend(late_arrivals(dumps, table, moments, unseen, tracks_by_rank))
+    p2p_findings, unmatched, p2p_notes = match_p2p(views, dumps, tracking, unseen)
     findings.extend(p2p_findings)
     notes.extend(p2p_notes)
 

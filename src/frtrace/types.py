@@ -356,11 +356,14 @@ class GroupMoment(NamedTuple):
     member that issued an op after its peers had given up on it (analysis/moments.py)."""
 
     pg_name: str
-    joined_through: int  # the highest collective seq id this dump shows finished (0: none): every member joined it
+    # the highest collective seq id this dump shows finished of an op that waits for every member
+    # (not a rooted op's, which finishes on some before others issue it): every member issued it (0: none)
+    joined_through: int
     last_seq: int  # the group's last collective in the buffer (0: none)
     last_created_ns: int  # its creation time (0: not recorded)
     last_timeout_ms: int  # its timeout (0: not recorded)
     status_enqueued: int  # pg_status' last_enqueued_collective for the group (-1: none or not said)
+    last_done: bool = False  # its last collective shown finished here, whatever the op
 
 
 # what a dump's collective seq ids count

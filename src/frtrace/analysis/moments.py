@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from ..reading.groups import GroupTable
 from ..types import Dump, Finding, Group, GroupMoment
+from .size_rules import ROOTED_OPS
 from .align import Track, by_number, ranks_word
 from .waitgraph import buffer_of, on_step
 
@@ -40,7 +41,10 @@ class Stale:
     how: str  # what showed #joined finished
 
     def said(self) -> str:
-        held = f"ends at #{self.last} of {self.group.label}"
+        if self.last:
+            held = f"ends at #{self.last} of {self.group.label}"
+        else:
+            held = f"holds no op of {self.group.label}"
         return (f"rank {self.rank}'s dump is older than its peers': it {held}, but rank {self.witness}'s shows #{self.joined} "
                 f"finished ({self.how}), which rank {self.rank} must have joined; where rank {self.rank} was at the end "
                 "cannot be told, so it is named for nothing it lacks")
@@ -48,9 +52,10 @@ class Stale:
 
 def stale_ranks(dumps: dict[int, Dump], tracks_by_rank: dict[int, dict[Group, Track]], table: GroupTable,
                 moments: dict[int, dict[str, GroupMoment]], renumbered=frozenset()) -> dict[int, Stale]:
-    """Each rank whose dump ends before a collective of one of its groups that a member's dump
-    shows finished: the proof, by rank (the first group that shows it)."""
-    joined_of = _Witnesses(dumps, table, moments)
+    """Each rank whose dump is older than a collective of one of its groups that a member's dump
+    shows finished (one that waits for every member): it ends before that op. The proof, by rank
+    (the first group that shows it)."""
+    witnesses = _Witnesses(dumps, table, moments)
     found: dict[int, Stale] = {}
     for group in table.groups:
         if group in renumbered:  # numbered from the oldest op held: not comparable across ranks
@@ -58,34 +63,38 @@ def stale_ranks(dumps: dict[int, Dump], tracks_by_rank: dict[int, dict[Group, Tr
         lasts = {}
         for rank in group.ranks:
             dump = dumps.get(rank)
-            if dump is None or rank in found or dump.recorder_off:
+            if dump is None or dump.recorder_off:
                 continue
             track = tracks_by_rank[rank].get(group)
             if track is not None and track.first_seq is not None:
                 lasts[rank] = track.last_seq
-            # a dump without an op of the group shows no moment in it: an empty buffer may be a
-            # recorder that keeps only ops in flight (NVRx), or a rank that never got there
+            elif _shows_its_moment(dump):
+                lasts[rank] = 0
+            # else: an empty buffer, or one that wrapped past the group, shows no moment in it (a
+            # recorder that keeps only ops in flight, NVRx, holds nothing finished)
         if len(lasts) < 2:
             continue
-        behind = min(lasts.values())
-        if behind == max(lasts.values()):
+        # (a member holding the op unfinished while another completed it is no older dump: an op
+        # that completed on some members and not on others is stuck below PyTorch)
+        joined, witness, how = witnesses.best(group, lasts, tracks_by_rank, min(lasts.values()))
+        if witness is None:
             continue
-        for witness in sorted(lasts, key=lambda r: -lasts[r]):
-            if lasts[witness] <= behind:
-                break
-            joined, how = joined_of(witness, group, tracks_by_rank[witness].get(group), behind)
-            if joined <= behind:
-                continue
-            for rank, last in lasts.items():
-                if last < joined and rank not in found:
-                    found[rank] = Stale(rank, group, last, joined, witness, how)
-            break
+        for rank, last in lasts.items():
+            if rank not in found and last < joined:
+                found[rank] = Stale(rank, group, last, joined, witness, how)
     return found
 
 
+def _shows_its_moment(dump: Dump) -> bool:
+    """Whether a dump holding no op of a group still shows where its rank was: its buffer never
+    wrapped and it holds finished ops (a recorder that keeps only ops in flight holds none)."""
+    entries = dump.entries
+    return bool(len(entries)) and not dump.wrapped and ("completed" in entries.states or entries.from_gloo)
+
+
 class _Witnesses:
-    """What a member's dump shows finished in a group: from the worker's reading (state, or
-    gloo's retired long before its newest op), else from its own buffer: an op followed by two
+    """What members' dumps show finished in a group: from the worker's reading (state, or gloo's
+    retired long before its newest op), else from a member's own buffer: an op followed by two
     whole steps of the step the rank repeats was waited for (a program waits for a step's ops
     before the next step), however its ops were issued."""
 
@@ -93,23 +102,39 @@ class _Witnesses:
         self.dumps = dumps
         self.table = table
         self.moments = moments
-        self.cuts: dict[int, int | None] = {}  # rank -> the buffer index with a whole step after it
+        self.cuts: dict[int, int | None] = {}  # rank -> the buffer index with whole steps after it
 
-    def __call__(self, rank: int, group: Group, track: Track | None, behind: int) -> tuple[int, str]:
-        moment = self.moments.get(rank, {}).get(group.name)
-        if moment is not None and moment.joined_through > behind:
-            how = "completed" if not self.dumps[rank].entries.from_gloo else "retired, and its rank issued ops past its timeout"
-            return moment.joined_through, how
+    def best(self, group: Group, lasts: dict[int, int], tracks_by_rank, behind: int) -> tuple[int, int | None, str]:
+        """(the highest collective of `group` past `behind` a member shows finished, that member,
+        how), from every member's reading; where none shows one, from the furthest member's own
+        steps (read for that one member only: a buffer costs a pass over its entries)."""
+        joined, witness = behind, None
+        for rank in lasts:
+            moment = self.moments.get(rank, {}).get(group.name)
+            if moment is not None and moment.joined_through > joined:
+                joined, witness = moment.joined_through, rank
+        if witness is not None:
+            how = "completed" if not self.dumps[witness].entries.from_gloo else "retired, and its rank issued ops past its timeout"
+            return joined, witness, how
+        furthest = max(lasts, key=lambda r: (lasts[r], -r))
+        seq = self._after_steps(furthest, tracks_by_rank[furthest].get(group), behind)
+        return (seq, furthest, "its rank went through whole steps after it") if seq > behind else (behind, None, "")
+
+    def _after_steps(self, rank: int, track: Track | None, behind: int) -> int:
+        """The highest collective of the track past `behind` that waits for every member and that
+        the rank's buffer follows with whole steps (0: none)."""
         if track is None or track.first_seq is None:
-            return 0, ""
+            return 0
         cut = self._cut(rank)
         if cut is None:
-            return 0, ""
+            return 0
         for seq in range(track.last_seq, max(track.first_seq, behind + 1) - 1, -1):
             position = track.first_position(seq)
             if position is not None and position <= cut:
-                return seq, "its rank went through whole steps after it"
-        return 0, ""
+                unit = track.unit(seq)
+                if unit and all(e.op not in ROOTED_OPS for e in unit):
+                    return seq
+        return 0
 
     def _cut(self, rank: int) -> int | None:
         """The buffer index of the rank's last op with _WHOLE_STEPS whole steps after it; None where
@@ -130,34 +155,38 @@ def moments_by_name(dumps: dict[int, Dump]) -> dict[int, dict[str, GroupMoment]]
 
 
 def late_arrivals(dumps: dict[int, Dump], table: GroupTable, moments: dict[int, dict[str, GroupMoment]],
-                  unseen: frozenset[int]) -> list[Finding]:
+                  unseen: frozenset[int], tracks_by_rank: dict[int, dict[Group, Track]]) -> list[Finding]:
     """A finding per group whose last collective some members issued after the others' deadline
     (their creation time plus its timeout) had passed, where no member's dump shows it finished
     and every member with a dump holds it last: the late members are its ranks. `unseen`: ranks
-    whose dump says nothing of the end (stale, or their recorder was off)."""
+    whose dump says nothing of the end (stale, or their recorder was off). The members' last ops
+    are compared as the tracks number them (lined up across ranks where the seq ids were not)."""
     findings = []
     for group in table.groups:
         held = {}
+        lasts = set()
         for rank in group.ranks:
             if rank not in dumps or rank in unseen:
                 continue
             moment = moments.get(rank, {}).get(group.name)
-            if moment is None:
+            track = tracks_by_rank[rank].get(group)
+            if moment is None or track is None or track.first_seq is None:
                 break
             held[rank] = moment
+            lasts.add(track.last_seq)
         else:
-            if len(held) < 2 or len({m.last_seq for m in held.values()}) != 1:
+            if len(held) < 2 or len(lasts) != 1:
                 continue
-            if any(not m.last_created_ns or not m.last_timeout_ms or m.joined_through >= m.last_seq for m in held.values()):
+            if any(not m.last_created_ns or not m.last_timeout_ms or m.last_done for m in held.values()):
                 continue
             first = min(held, key=lambda r: held[r].last_created_ns)
             deadline = held[first].last_created_ns + held[first].last_timeout_ms * _NS_PER_MS + _CLOCKS_NS
             late = sorted(r for r, m in held.items() if m.last_created_ns > deadline)
             if not late or len(late) == len(held):
                 continue
-            seq = held[first].last_seq
-            entry = next((e for e in reversed(dumps[first].entries) if e.pg_name == group.name and e.collective_seq_id == seq
-                          and not e.is_p2p), None)
+            seq = next(iter(lasts))
+            unit = tracks_by_rank[first][group].unit(seq)
+            entry = unit[-1] if unit else None
             op = entry.op if entry is not None else "op"
             gap = (min(held[r].last_created_ns for r in late) - held[first].last_created_ns) / 1e9
             detail = (f"{ranks_word(late)} issued it {gap:.1f} s after rank {first}, past its timeout of "

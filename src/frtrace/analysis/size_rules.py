@@ -12,6 +12,10 @@ _IN_EQUALS_OUT = frozenset({"all_reduce", "allreduce_coalesced"})
 _ALL_GATHER = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
 _REDUCE_SCATTER = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"})
 _ALL_TO_ALL = frozenset({"all_to_all", "all_to_all_single", "alltoall", "alltoall_base"})
+# ops with a root, which can finish on some members before others issue them (a broadcast's root
+# once it sent; gloo's tree serves some receivers before others): their finishing shows who joined
+# nothing, and a late member of one is no clock skew
+ROOTED_OPS = frozenset({"broadcast", "_broadcast_oop", "reduce", "_reduce_oop", "gather", "scatter"})
 # communicator operations PyTorch's analyzer knows (2026): a split and an RMA window carry no data to compare
 _NO_SIZES = frozenset({"barrier", "all_reduce_barrier", "all_reduce_sparse", "split", "new_window"}) | COALESCED_TERMINATORS
 # each rank gives its own count (torchcomms' and ncclx's *_v ops): no size rule across ranks, dtypes still agree

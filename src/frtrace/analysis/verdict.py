@@ -30,6 +30,8 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
 
     mismatches = [f for f in findings if f.kind in ("type_mismatch", "size_mismatch", "dtype_mismatch") and f.decided]
     graph_culprits, undecided_cycles, evidence = graph.culprits()
+    graph_culprits, unseen_said = _without_unseen(graph_culprits, graph, stale or {}, silent)
+    undecided_cycles = [*undecided_cycles, *unseen_said]
     stuck = [f for f in findings if f.kind == "not_completed"]
     below = _stuck_below(graph_culprits, stuck) if not mismatches else []
     if below:  # the culprits sit in ops all their members issued and none finished: a hang below PyTorch
@@ -255,6 +257,45 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         stale={rank: proof.said() for rank, proof in sorted(stale.items())},
         no_evidence=tuple(sorted(silent)),
     )
+
+
+def _without_unseen(graph_culprits: list[tuple[int, tuple | None]], graph: WaitGraph, stale: dict, silent: frozenset[int]
+                    ) -> tuple[list[tuple[int, tuple | None]], list[str]]:
+    """The wait-for graph's culprits less those the dumps cannot decide: a rank whose dump is
+    older than the end or whose recorder was off (named for nothing), and a rank that seems to wait
+    for nobody only because the members missing from its op are such ranks, where no other member
+    went on past that op (it may wait for them). What is set aside is said, once, as undecided."""
+    unseen = set(stale) | set(silent)
+    if not unseen:
+        return graph_culprits, []
+    kept, said = [], []
+    for rank, key in graph_culprits:
+        why = None
+        if rank in unseen:
+            why = (f"whether {_unseen_word([rank], stale, silent)} holds the job up cannot be told: "
+                   f"where it was at the end is not in its dump")
+        elif (blocker := graph.joined_by_all.get(rank)) is not None and blocker.p2p is None:
+            view = graph.views[blocker.group.key]
+            lacking = sorted(r for r in view.unseen if view.unit(blocker.seq, r) is None)
+            # a member whose dump shows the end went on past the op: it was left, as the others read it
+            passed = any(last > blocker.seq for r, last in view.known_last.items() if r != rank)
+            if lacking and not passed:
+                why = (f"whether rank {rank}, in {blocker.describe()}, waits there for {_unseen_word(lacking, stale, silent)} "
+                       "cannot be told")
+        if why is None:
+            kept.append((rank, key))
+        elif why not in said:
+            said.append(why)
+    return kept, said
+
+
+def _unseen_word(ranks: list[int], stale: dict, silent: frozenset[int]) -> str:
+    """'rank 8 (recorder off)', 'ranks 1,3 (dumps older than the end)'."""
+    off = [r for r in ranks if r in silent]
+    old = [r for r in ranks if r not in silent]
+    parts = [f"{ranks_word(old)} ({by_number(old, 'dump', 'dumps')} older than the end)"] if old else []
+    parts += [f"{ranks_word(off)} (recorder off)"] if off else []
+    return " and ".join(parts)
 
 
 def _unrecorded_wait(dumps, table, mains: dict, places: dict) -> tuple[Finding, str, str] | None:

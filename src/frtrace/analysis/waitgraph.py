@@ -271,8 +271,11 @@ def _done_in_batch(out: list[P2POp], into: list[P2POp]) -> tuple[list[P2POp], li
     return out, into
 
 
-def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: dict[int, bool]):
-    """Pair sends with recvs first-in-first-out per (group, src, dst)."""
+def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: dict[int, bool],
+              unseen: frozenset[int] = frozenset()):
+    """Pair sends with recvs first-in-first-out per (group, src, dst). Pairs with a rank whose
+    dump says nothing of the end (`unseen`: older than its peers', or its recorder off) are left
+    unmatched: never evidence against either."""
     findings: list[Finding] = []
     unmatched: set[int] = set()  # id() of P2POps with no partner
     notes: list[str] = []
@@ -286,7 +289,7 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
         pending_any = {dst: [o for o in ops if not (tracking.get(dst) and o.state == "completed")] for dst, ops in any_recvs.items()}
         for pair in sorted(p for p in set(sends) | set(recvs) if p[0] != ANY_SOURCE):
             src, dst = pair
-            if src not in dumps or dst not in dumps:
+            if src not in dumps or dst not in dumps or src in unseen or dst in unseen:
                 continue
             out, into = sends.get(pair, []), recvs.get(pair, [])
             if tracking[src] and tracking[dst]:
@@ -946,6 +949,8 @@ class WaitGraph:
                 detail = f"{self._unseen(awaited, view.group)}; {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} in it"
             else:
                 lasts = "; ".join(f"rank {r}'s last op in {view.group.label} is #{view.known_last[r]}" for r in awaited[:4])
+                if len(awaited) > 4:
+                    lasts += f"; ... ({len(awaited) - 4} more)"
                 detail = f"{ranks_word(awaited)} never issued it; {ranks_word(view.issuers(key[2]))} did ({lasts})"
             if not any(self.tracking.get(r) for r in waiting):
                 detail += " (the dumps do not record completion: this reads them as taken during a hang)"

@@ -106,9 +106,6 @@ def compute_stats(analysis: Analysis, dumps: dict[int, Dump]) -> Stats:
     return Stats(ops, stragglers, tuple(tally.spreads))
 
 
-_ROOTED = frozenset({"broadcast", "_broadcast_oop", "reduce", "_reduce_oop", "gather", "scatter"})
-
-
 class _Tally:
     """The sums compute_stats builds, collective by collective."""
 
@@ -161,7 +158,7 @@ class _Tally:
         # an op that waits for every member (a broadcast's root and the receivers served leave
         # before a late receiver arrives; a reduce's or gather's non-roots likewise)
         earliest_exit = min((t for i, t in enumerate(left) if i != at and t), default=None)
-        if earliest_exit and latest > earliest_exit and op_of(last) not in _ROOTED:
+        if earliest_exit and latest > earliest_exit and op_of(last) not in size_rules.ROOTED_OPS:
             self.impossible[last].append((latest - earliest_exit) / 1e6)
 
 

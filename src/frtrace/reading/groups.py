@@ -244,7 +244,8 @@ def resolve_groups(
             inferred[name] = set(users_of_name)
 
     _complete_siblings(inferred, descs, world, hints)
-    _complete_from_shapes(inferred, descs, world, hints, set(dumps), warnings)
+    with_evidence = {rank for rank, dump in dumps.items() if not dump.recorder_off}  # a recorder off shows no membership
+    _complete_from_shapes(inferred, descs, world, hints, with_evidence, warnings)
     for name, members in inferred.items():
         ranks = tuple(sorted(members))
         group = groups.setdefault((name, ranks), Group(name, descs.get(name, ""), ranks, inferred=True))

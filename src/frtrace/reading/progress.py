@@ -5,8 +5,10 @@ on demand they arrive while ranks go on, and an old file can stand in for a lost
 the moments apart is in fields the columns do not keep, so each group's few facts are read here,
 from the raw entries the worker already holds, and sent along (types.GroupMoment):
 
-- which of the group's collectives the dump shows finished. A finished collective was joined by
-  every member, so a member whose dump ends before it is an older dump, not a rank that stopped.
+- which of the group's collectives the dump shows finished. A finished collective that waits for
+  every member (not a rooted one: a broadcast's root, or the receivers gloo's tree served first,
+  finish before others issue it) was issued by every member, so a member whose dump ends before
+  it is an older dump, not a rank that stopped.
   Recorders that track completion say so in `state`. Gloo's entries stay "scheduled"; its
   `retired` turns True when an op ends, but ops that failed (a timeout, a peer gone) are retired
   too, and so is gloo's `pg_status` count. What no failure explains: an op retired although the
@@ -25,7 +27,7 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..analysis.size_rules import COALESCED_TERMINATORS
+from ..analysis.size_rules import COALESCED_TERMINATORS, ROOTED_OPS
 from .limits import MAX_INT
 from ..types import EntryColumns, GroupMoment
 
@@ -63,23 +65,28 @@ def group_moments(entries: EntryColumns, raw_entries: Sequence, raw_status: Any)
     newest = max(created)
     kinds = entries.kinds
     collective = [not (k.is_p2p or k.op in COALESCED_TERMINATORS) for k in kinds]
+    everyone = [c and k.op not in ROOTED_OPS for c, k in zip(collective, kinds)]  # ops that wait for every member
     completed = entries.states.index("completed") if "completed" in entries.states else None
     gloo = entries.from_gloo
     status = raw_status if isinstance(raw_status, Mapping) else {}
+    seq_ids = entries.collective_seq_id
     moments = []
     for name, run in entries.runs.items():
         positions = [p for p in run.positions if collective[entries.kind[p]]]
         if not positions:
             continue
+        waited = [p for p in positions if everyone[entries.kind[p]]]
         last = positions[-1]
         raw_last = raw_entries[last]
         timeout = _timeout_ms(raw_last)
-        joined = 0
+        joined, last_done = 0, False
         if completed is not None:
-            joined = next((entries.collective_seq_id[p] for p in reversed(positions) if entries.state[p] == completed), 0)
+            joined = next((seq_ids[p] for p in reversed(waited) if entries.state[p] == completed), 0)
+            last_done = entries.state[last] == completed
         elif gloo and timeout and created[last]:
-            joined = _retired_long_before(positions, entries.collective_seq_id, created, raw_entries,
-                                          newest - timeout * _NS_PER_MS)
+            cut = newest - timeout * _NS_PER_MS
+            joined = _retired_long_before(waited, seq_ids, created, raw_entries, cut)
+            last_done = 0 < created[last] <= cut and isinstance(raw_last, dict) and raw_last.get("retired") is True
         enqueued = -1
         pg_id = raw_last.get("pg_id") if isinstance(raw_last, dict) else None
         if isinstance(pg_id, int) and not isinstance(pg_id, bool):
@@ -87,8 +94,9 @@ def group_moments(entries: EntryColumns, raw_entries: Sequence, raw_status: Any)
             if isinstance(said, Mapping):
                 enqueued = _count(said.get("last_enqueued_collective"))
                 enqueued = -1 if enqueued is None else enqueued
-        seq = entries.collective_seq_id[last]
-        moments.append(GroupMoment(name, max(joined, 0), seq if isinstance(seq, int) else 0, created[last], timeout, enqueued))
+        seq = seq_ids[last]
+        moments.append(GroupMoment(name, max(joined, 0), seq if isinstance(seq, int) else 0, created[last], timeout, enqueued,
+                                   last_done))
     return tuple(moments)
 
 
