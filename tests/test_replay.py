@@ -46,9 +46,18 @@ def roots(report: dict) -> list[tuple]:
     return sorted((f["kind"], f["pg_desc"], f["collective_seq_id"], tuple(f["ranks"])) for f in report["findings"] if f["root_cause"])
 
 
+def skip_where_a_replay_cannot(fixture: Path, mode: str) -> None:
+    """A fixture whose verdict rests on what a replay cannot reproduce (when each rank dumped, a
+    recorder that was off, an op the recorder never logs) says so in its expected.json."""
+    why = json.loads((fixture / "expected.json").read_text()).get("replay", {}).get(mode)
+    if why:
+        pytest.skip(f"{fixture.name}: {why}")
+
+
 @needs_torch
 @pytest.mark.parametrize("fixture", REAL, ids=[p.name for p in REAL])
 def test_replaying_a_real_fixture_as_recorded_gives_its_verdict(fixture, tmp_path):
+    skip_where_a_replay_cannot(fixture, "as-recorded")
     original = report_of(fixture, tmp_path)
     again = report_of(replayed(fixture, tmp_path, "as-recorded"), tmp_path)
     assert (again["verdict"], again["culprit_ranks"], roots(again)) == (original["verdict"], original["culprit_ranks"],
@@ -58,6 +67,7 @@ def test_replaying_a_real_fixture_as_recorded_gives_its_verdict(fixture, tmp_pat
 @needs_torch
 @pytest.mark.parametrize("fixture", REAL, ids=[p.name for p in REAL])
 def test_replaying_a_real_fixture_by_the_majority_is_clean(fixture, tmp_path):
+    skip_where_a_replay_cannot(fixture, "majority")
     again = report_of(replayed(fixture, tmp_path, "majority"), tmp_path)
     assert again["verdict"] == "clean", again["headline"]
 
