@@ -13,6 +13,7 @@ from pathlib import Path
 
 from conftest import FIXTURES, generated_job, entry, make_dump, ops, scenario_dirs, write_dumps
 from frtrace import api, cli
+from frtrace.cli import build_parser
 from frtrace.cli import main
 
 HEALTHY = str(FIXTURES / "healthy")
@@ -416,3 +417,30 @@ def test_entries_printed_side_by_side_read_no_times(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(cli, "_reads_times", lambda options: True)
     assert main(["-d", SKIP, "-j"]) == 0
     assert capsys.readouterr().out == with_times and "all_reduce" in with_times
+
+
+def test_help_names_every_command():
+    text = build_parser().format_help()
+    for command in ("frtrace compare", "frtrace live", "frtrace replay", "frtrace mcp", "frtrace schema"):
+        assert command in " ".join(text.split()), command
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["-d", HEALTHY, "--jsn", "-"], "unrecognized arguments: --jsn (did you mean --json?); see frtrace --help"),
+    (["-d", HEALTHY, "--chrome-trase=t.json"], "(did you mean --chrome-trace?)"),
+    (["schema", "bogus"], "frtrace schema bogus: no such schema; give report or compare"),
+])
+def test_mistakes_get_one_line_that_says_what_was_meant(argv, said, capsys):
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert said in line, line
+
+
+def test_a_finding_that_lists_some_of_the_ranks_says_there_are_more():
+    from test_matcher import run
+
+    # 7 of 12 ranks issued #3 and wait in it; 5 never did: their last ops are listed, four and a count
+    result = run({r: make_dump(ops(3 if r < 7 else 2)) for r in range(12)})
+    (finding,) = [f for f in result.findings if f.kind == "missing_ranks"]
+    assert finding.ranks == (7, 8, 9, 10, 11)
+    assert "rank 10's last op in default_pg is #2; ... (1 more)" in finding.detail

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import gc
 import json
 import os
@@ -60,7 +61,20 @@ class Options:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line through main's error path, not usage + exit
-        raise UsageError(f"{message}; see frtrace --help")
+        raise UsageError(f"{message}{self._suggestion(message)}; see {self.prog} --help")
+
+    def _suggestion(self, message: str) -> str:
+        """' (did you mean --json?)' for an option argparse does not know that is close to one it does."""
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        known = [option for action in self._actions for option in action.option_strings]
+        for given in message.removeprefix("unrecognized arguments: ").split():
+            name = given.split("=", 1)[0]
+            if name.startswith("-"):
+                close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,8 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find the rank that desynced a hung PyTorch job, from its Flight Recorder dumps.",
         epilog="Exit status: 0 clean, 1 desync, stuck or inconclusive, 2 usage, input or output error, "
                "3 internal error (a bug: please report it), 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM). "
-               "Also: 'frtrace compare A B' (two dump sets of one job: hung or slow?) and "
-               "'frtrace replay DIR -o OUT' (a runnable replay of the dumps' communication); each has --help.",
+               "Also: 'frtrace compare A B' (two dump sets of one job: hung or slow?), "
+               "'frtrace live --store HOST:PORT' (a running job, read now from PyTorch's debug server), "
+               "'frtrace replay DIR -o OUT' (a runnable replay of the dumps' communication), "
+               "'frtrace mcp --root DIR' (an MCP server for agents) and 'frtrace schema [report|compare]' "
+               "(the JSON outputs' schemas); each has --help.",
     )
     parser.add_argument("trace_dir", nargs="?", help="directory (or .tar/.tar.gz/.zip archive) holding one dump per rank (same as -d)")
     parser.add_argument("-d", "--dir", dest="dir_option", metavar="DIR",
@@ -383,10 +400,13 @@ def _open_standard_streams() -> dict[str, TextIO | None]:
 
 
 def parse_schema(argv: list[str]) -> str:
-    parser = argparse.ArgumentParser(prog="frtrace schema", description="Print the JSON Schema of a JSON output: "
-                                     "the report (frtrace -d DIR --json PATH) or frtrace compare's (--json PATH).")
-    parser.add_argument("which", nargs="?", default="report", choices=SCHEMAS)
-    return parser.parse_args(argv).which
+    parser = _Parser(prog="frtrace schema", description="Print the JSON Schema of a JSON output: "
+                     "the report (frtrace -d DIR --json PATH) or frtrace compare's (--json PATH).")
+    parser.add_argument("which", nargs="?", default="report", metavar="report|compare")
+    which = parser.parse_args(argv).which
+    if which not in SCHEMAS:
+        raise UsageError(f"frtrace schema {printable(which[:64])}: no such schema; give report or compare")
+    return which
 
 
 def run_schema(which: str, out: TextIO) -> int:

@@ -164,7 +164,8 @@ def _shift(group: Group, members: dict[int, _Member], dumps: dict[int, Dump], re
     for seq, ops in sorted(placed.items()):
         if len(set(ops.values())) > 1:
             return (f"its members completed different ops at one place once lined up by completion "
-                    f"({', '.join(f'rank {r}: {op}' for r, op in sorted(ops.items())[:4])}), so the lining up is in doubt")
+                    f"({', '.join(f'rank {r}: {op}' for r, op in sorted(ops.items())[:4])}{', ...' if len(ops) > 4 else ''}), "
+                    "so the lining up is in doubt")
     return None
 
 
