@@ -185,7 +185,7 @@ def test_a_rank_that_does_not_answer_is_said_and_counted_as_a_rank_without_a_dum
     assert code == 1
     assert said.out.startswith("DESYNC: rank 2 did not answer when frtrace live asked (the process may be gone or its host "
                                "unreachable) and ranks 0-1,3 wait for it in all_reduce #10 of default_pg"), said.out
-    assert f"frtrace: rank 2 ({urls[2]}) did not answer within 3 s" in said.err
+    assert f"frtrace: rank 2 ({urls[2]}) did not answer: [Errno 111] Connection refused" in said.err  # not "within 3 s"
     assert "snapshot of 3 of 4 ranks kept in" in said.err
     assert not (tmp_path / "snap" / "trace_rank_2.json").exists()
     # read again later, the folder says the same: its manifest names the rank that did not answer
@@ -415,3 +415,65 @@ def test_the_two_snapshots_compared_later_say_who_did_not_answer(tmp_path, capsy
     capsys.readouterr()
     assert main(["compare", str(out / "a"), str(out / "b")]) == 1
     assert "B's own analysis: DESYNC: rank 2 did not answer when frtrace live asked" in capsys.readouterr().out
+
+
+def test_a_worker_that_trickles_its_answer_is_cut_off_at_the_deadline():
+    import socket as sockets
+
+    listener = sockets.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle():  # headers, then a byte every 0.2 s, for far longer than the timeout
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+        while not stop.is_set():
+            try:
+                connection.sendall(b"{")
+            except OSError:
+                break
+            time.sleep(0.2)
+        connection.close()
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    (answer,) = fetch.fetch_all({0: f"http://127.0.0.1:{listener.getsockname()[1]}"}, timeout=1.5)
+    stop.set()
+    assert time.monotonic() - started < 4  # was: as long as the worker kept trickling
+    assert answer.error == "no answer in time" and answer.trace is None
+
+
+def test_what_live_refuses_it_refuses_before_asking_any_rank_and_writes_nothing(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    worker = _worker(b"{}")
+    assert main(["live", "--workers", _url(worker), "-O", str(taken)]) == 2
+    assert "already exists" in capsys.readouterr().err and worker.asked == []  # was: refused after two snapshots
+    assert main(["live", "--workers", _url(worker), _url(worker), "-O", str(tmp_path / "s")]) == 2
+    assert "is given for rank 0 and rank 1" in capsys.readouterr().err and not (tmp_path / "s").exists()
+    refused = [f"127.0.0.1:{_closed_port()}" for _ in range(3)]
+    assert main(["live", "--workers", *refused, "-O", str(tmp_path / "s"), "--interval", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "no rank answered (" in err and "Connection refused" in err and "within" not in err
+    assert "kept" not in err and not (tmp_path / "s").exists()  # was: empty a/ and b/ kept
+
+
+def test_stacks_over_their_cap_cost_the_stacks_only(tmp_path, capsys, monkeypatch):
+    trace = (FIXTURES / "healthy_json" / "comm_lib_trace_rank_0.json").read_bytes()
+    (answer,) = fetch.fetch_all({0: _url(_worker(trace, stacks=b"x" * (fetch.MAX_STACKS_BYTES + 1)))}, timeout=5)
+    assert answer.error is None and answer.trace == trace and answer.stacks is None  # was: the rank "did not answer"
+    assert "over 4 MiB" in answer.stacks_error
+
+
+def test_a_worker_answering_a_web_page_is_no_recorder():
+    (answer,) = fetch.fetch_all({0: _url(_worker(b"<!doctype html><html>login</html>"))}, timeout=5)
+    assert answer.trace is None and "not a recorder's JSON" in answer.error
+
+
+def test_a_store_where_nothing_listens_is_one_line_at_once(tmp_path, capfd):
+    pytest.importorskip("torch.distributed")
+    started = time.monotonic()
+    assert main(["live", "--store", f"127.0.0.1:{_closed_port()}", "-O", str(tmp_path / "s"), "--timeout", "20"]) == 2
+    assert time.monotonic() - started < 8  # was: 22 s of torch's client retrying
+    (line,) = capfd.readouterr().err.strip().splitlines()  # was: some 60 lines of C++ frames first
+    assert "nothing answers there" in line and not (tmp_path / "s").exists()

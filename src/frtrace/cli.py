@@ -534,11 +534,15 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
     from .reading.discover import SNAPSHOT_OTHER_RECORDER
     from .reading.stacks import where_in
 
+    out_dir = options.out_dir or time.strftime("frtrace-live-%Y%m%d-%H%M%S")
+    if os.path.lexists(out_dir):  # before any rank is asked: a snapshot that could not be kept is not taken
+        raise OutputError(f"{display_path(out_dir)}: already exists; frtrace live writes a new folder, never into "
+                          "one: give another -O")
     if options.store:
         urls, missing = store_workers(options.store, options.world, options.timeout)
     else:
         urls, missing = {rank: worker_url(text) for rank, text in enumerate(options.workers)}, {}
-    out_dir = options.out_dir or time.strftime("frtrace-live-%Y%m%d-%H%M%S")
+    _one_worker_each(urls)
     absent = [Answer(rank, "", None, None, why, 0.0) for rank, why in missing.items()]
     snapshots = {}
     for name in ("a", "b") if options.interval else ("",):
@@ -546,16 +550,25 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
             time.sleep(options.interval)
         taken = time.time()
         snapshots[name] = (sorted(fetch_all(urls, options.timeout) + absent, key=lambda a: a.rank), taken)
+        if all(a.error is not None for a in snapshots[name][0]):  # nothing to keep: said, nothing written
+            reasons = sorted({a.error for a in snapshots[name][0] if a.error})
+            raise UsageError(f"no rank answered ({'; '.join(reasons[:3])}): check the worker addresses and that the job "
+                             "runs with the debug server on; nothing was written")
     write_snapshot(snapshots, out_dir)
     later = os.path.join(out_dir, "b") if options.interval else out_dir
     answers = snapshots["b" if options.interval else ""][0]
     silent = [a for a in answers if a.error is not None]
     for answer in silent:
-        if answer.url:
-            print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer within {options.timeout:g} s: {answer.error}; "
+        if answer.url and answer.error == "no answer in time":
+            print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer within {options.timeout:g} s; "
                   "its process may be gone or its host unreachable", file=err)
+        elif answer.url:
+            print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer: {answer.error}", file=err)
         else:
             print(f"frtrace: rank {answer.rank}: {answer.error}", file=err)
+    for answer in answers:
+        if answer.stacks_error:
+            print(f"frtrace: rank {answer.rank}'s stacks were not kept ({answer.stacks_error}); its recorder was", file=err)
     kept = (f"two snapshots {options.interval:g} s apart kept in {display_path(out_dir)} ({len(answers) - len(silent)} of "
             f"{len(answers)} ranks; frtrace -d {display_path(later)} reads the later, frtrace compare "
             f"{display_path(os.path.join(out_dir, 'a'))} {display_path(later)} compares them)" if options.interval else
@@ -567,8 +580,6 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
         print(f"frtrace: {'ranks' if len(both) > 1 else 'rank'} {format_ranks(both)}: the dumps are the NCCL recorders; the backend-neutral ones (gloo's ops) held "
               f"entries too, kept in {display_path(os.path.join(later, SNAPSHOT_OTHER_RECORDER))} (frtrace -d reads it)",
               file=err)
-    if len(silent) == len(answers):
-        raise UsageError("no rank answered: check the worker addresses and that the job runs with the debug server on")
     result = analyze_dumps(later, jobs=options.jobs)  # the manifest says who did not answer (reading/discover.py)
     moved = _moved(analyze_dumps(os.path.join(out_dir, "a"), jobs=options.jobs), result) if options.interval else None
     stacks = result.loaded.stacks  # the snapshot's stacks/ as the analysis read them (reading/stacks.py)
@@ -589,6 +600,16 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
         said += [f"Between the two snapshots: {moved.headline}"] if moved is not None else []
         _printed(out, lambda: out.write("\n".join(lines[:head] + said + lines[head:])))
     return EXIT_CLEAN if result.verdict == "clean" and moved is None else EXIT_FOUND
+
+
+def _one_worker_each(urls: dict[int, str]) -> None:
+    """A UsageError where one worker address is given for two ranks: its answers would stand for both."""
+    seen: dict[str, int] = {}
+    for rank, url in sorted(urls.items()):
+        if url in seen:
+            raise UsageError(f"{printable(url)} is given for rank {seen[url]} and rank {rank}: one worker answers for one "
+                             "rank; give each rank's own address, in rank order")
+        seen[url] = rank
 
 
 def _live_json(path: str, result, out: TextIO, err: TextIO, out_dir: str, answers, places: dict[int, str], moved) -> None:

@@ -10,14 +10,15 @@ a whole snapshot or none, and nothing is ever written over.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -48,14 +49,7 @@ class Answer:
     seconds: float
     recorder: str = HANDLERS["trace"]  # the handler `trace` came from
     other: bytes | None = None  # the backend-neutral recorder's entries where NCCL's is `trace`
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise urllib.error.HTTPError(req.full_url, code, "redirected; refused", headers, fp)
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects())
+    stacks_error: str | None = None  # why the stacks were not kept, where the recorder was
 
 
 def worker_url(text: str) -> str:
@@ -91,16 +85,46 @@ def read_workers_file(path: str) -> list[str]:
     return addresses
 
 
+_CHUNK = 1 << 16
+
+
 def _post(url: str, handler: str, cap: int, deadline: float) -> bytes:
+    """The body of `POST url/handler/<handler>`, read by the deadline: the time left bounds every
+    read, so a worker that trickles its answer a byte at a time is cut off at the deadline too
+    (urllib's timeout bounds each read alone). Redirects refused; over `cap` bytes cut off."""
     left = deadline - time.monotonic()
     if left <= 0:
         raise TimeoutError("timed out")
-    request = urllib.request.Request(f"{url}/handler/{handler}", data=b"", method="POST")
-    with _OPENER.open(request, timeout=left) as response:
-        body = response.read(cap + 1)
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=left)
+    try:
+        connection.request("POST", f"/handler/{handler}", body=b"", headers={"Content-Length": "0"})
+        sock = connection.sock  # the response reads from it; http.client lets go of it for HTTP/1.0 replies
+        response = connection.getresponse()
+        if 300 <= response.status < 400:
+            raise urllib.error.HTTPError(url, response.status, "redirected; refused", response.headers, None)
+        if response.status != 200:
+            raise urllib.error.HTTPError(url, response.status, response.reason, response.headers, None)
+        body = bytearray()
+        while len(body) <= cap:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("timed out")
+            sock.settimeout(left)
+            chunk = response.read1(min(_CHUNK, cap + 1 - len(body)))
+            if not chunk:
+                break
+            body += chunk
+    finally:
+        connection.close()
     if len(body) > cap:
         raise ValueError(f"its {handler} answer is over {cap >> 20} MiB; cut off")
-    return body
+    return bytes(body)
+
+
+def _is_json_object(body: bytes) -> bool:
+    """Whether an answer starts as a JSON object does (a recorder's JSON), not as a page of HTML."""
+    return body.lstrip()[:1] == b"{"
 
 
 def _reason(exc: BaseException) -> str:
@@ -129,13 +153,19 @@ def fetch_rank(rank: int, url: str, timeout: float) -> Answer:
     the NCCL recorder, which becomes the rank's dump where it holds entries (a job on GPUs)."""
     start = time.monotonic()
     deadline = start + timeout
-    trace = stacks = error = other = None
+    trace = stacks = error = other = stacks_error = None
     recorder = HANDLERS["trace"]
     try:
         trace = _post(url, HANDLERS["trace"], MAX_TRACE_BYTES, deadline)
-        stacks = _post(url, HANDLERS["stacks"], MAX_STACKS_BYTES, deadline)
+        if not _is_json_object(trace):
+            trace, error = None, "answered with something that is not a recorder's JSON (a web page?): not its debug server"
     except Exception as exc:  # noqa: BLE001 - any failure of one rank is that rank's answer, not ours
         error = _reason(exc)
+    if error is None:
+        try:  # the stacks are evidence beside the recorder: their failing costs them only
+            stacks = _post(url, HANDLERS["stacks"], MAX_STACKS_BYTES, deadline)
+        except Exception as exc:  # noqa: BLE001
+            stacks_error = _reason(exc)
     if error is None:
         try:
             nccl = _post(url, HANDLERS["nccl"], MAX_TRACE_BYTES, deadline)
@@ -144,7 +174,7 @@ def fetch_rank(rank: int, url: str, timeout: float) -> Answer:
         if nccl is not None and _holds_entries(nccl):
             other = trace if _holds_entries(trace) else None
             trace, recorder = nccl, HANDLERS["nccl"].partition("?")[0]
-    return Answer(rank, url, trace, stacks, error, time.monotonic() - start, recorder, other)
+    return Answer(rank, url, trace, stacks, error, time.monotonic() - start, recorder, other, stacks_error)
 
 
 def fetch_all(urls: dict[int, str], timeout: float) -> list[Answer]:
@@ -170,6 +200,7 @@ def _fill(folder: str, answers: list[Answer], taken_at: float) -> None:
     manifest = {"taken_at": taken_at, "ranks": [
         {"rank": a.rank, "url": a.url, "seconds": round(a.seconds, 3), "answered": a.error is None,
          **({"error": a.error} if a.error else {"recorder": a.recorder}),
+         **({"stacks_error": a.stacks_error} if a.stacks_error else {}),
          **({"other_recorder": f"{SNAPSHOT_OTHER_RECORDER}/{snapshot_dump_name(a.rank)}"} if a.other is not None else {})}
         for a in answers]}
     with open(os.path.join(folder, SNAPSHOT_MANIFEST), "x") as handle:
@@ -224,6 +255,11 @@ def store_workers(address: str, world: int | None, timeout: float) -> tuple[dict
     except ImportError:
         raise UsageError("--store reads the job's TCPStore with torch's client, and torch is not installed here: "
                          "run frtrace live on a training host, or pip install torch, or give --workers URL...") from None
+    try:  # a plain connection first: torch's client retries for its whole timeout and prints C++ frames
+        socket.create_connection((host.strip("[]"), int(port)), timeout=min(timeout, 5)).close()
+    except OSError as exc:
+        raise UsageError(f"--store {printable(address)}: nothing answers there ({_reason(exc)}); check "
+                         "MASTER_ADDR:MASTER_PORT and that the job runs") from None
     try:
         store = PrefixStore("debug_server", TCPStore(host.strip("[]"), int(port), is_master=False,
                                                      timeout=timedelta(seconds=timeout)))
