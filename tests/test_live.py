@@ -477,3 +477,14 @@ def test_a_store_where_nothing_listens_is_one_line_at_once(tmp_path, capfd):
     assert time.monotonic() - started < 8  # was: 22 s of torch's client retrying
     (line,) = capfd.readouterr().err.strip().splitlines()  # was: some 60 lines of C++ frames first
     assert "nothing answers there" in line and not (tmp_path / "s").exists()
+
+
+def test_the_folder_of_two_snapshots_reads_as_the_later_one_with_a_note(tmp_path, capsys):
+    traces = _pair("twice_hang_rank2")
+    out = tmp_path / "snap"
+    assert main(["live", "--workers", *[_url(_worker(t)) for t in traces], "-O", str(out), "--interval", "0.2"]) == 1
+    capsys.readouterr()
+    assert main(["-d", str(out), "-v"]) == 1  # was: two files claim rank 0, use --prefix (exit 2)
+    said = capsys.readouterr().out
+    assert said.startswith("DESYNC: rank 2 never joined")
+    assert f"frtrace live's earlier snapshot; the later one, {out / 'b'}, is read" in said

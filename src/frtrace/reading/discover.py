@@ -186,6 +186,12 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
         raise UsageError(f"{display_path(directory)}: not a directory; pass the directory that holds the per-rank dumps")
     if prefix is not None:
         prefix = os.path.basename(prefix)
+    if (pair := _live_pair(directory)) is not None:  # frtrace live's two snapshots: the later is the set
+        earlier, later = pair
+        read = find_dump_files(later, prefix)
+        said = (f"frtrace live's earlier snapshot; the later one, {display_path(later)}, is read (frtrace compare "
+                f"{display_path(earlier)} {display_path(later)} compares them)")
+        return replace(read, ignored=(*read.ignored, SkippedFile(display_path(earlier) + os.sep, said)))
 
     found = Found()
     for path, where in _walk(directory):
@@ -257,6 +263,22 @@ def stack_rank(where: str) -> int | None:
 
 def snapshot_dump_name(rank: int) -> str:
     return f"trace_rank_{rank}.json"
+
+
+def _live_pair(directory: str) -> tuple[str, str] | None:
+    """(a/, b/) where `directory` is what frtrace live keeps of two snapshots: no manifest of its
+    own, and a/ and b/ each a snapshot folder (a manifest, not through a link)."""
+    if os.path.lexists(os.path.join(directory, SNAPSHOT_MANIFEST)):
+        return None
+    halves = tuple(os.path.join(directory, name) for name in ("a", "b"))
+    for half in halves:
+        if os.path.islink(half) or not os.path.isdir(half):
+            return None
+        try:
+            read_small(os.path.join(half, SNAPSHOT_MANIFEST), MAX_MANIFEST_BYTES, follow_links=False)
+        except (OSError, ValueError):
+            return None
+    return halves
 
 
 def _live_snapshot(directory: str, found: Found) -> None:
