@@ -155,3 +155,10 @@ def test_a_culprits_failed_health_check_is_shown_beside_it_in_chromium(tmp_path)
     cause = dom.split('id="cause"')[1].split("</p>")[0]  # the cause, under the verdict: a failed device
     assert "hardware: rank 3: health check failed: gpu: Xid 48 &lt;b&gt;" in cause and dom.index('id="cause"') < dom.index('id="health"')
     assert dom.index('id="health"') < dom.index('id="grid"')  # beside the culprit, before the grid
+
+
+def test_a_hang_in_an_op_the_recorder_never_logged_draws_no_recorded_stacks_of_it(tmp_path):
+    # the monitored_barrier left no entry: no recorded stack of it to set beside the culprit's
+    page = report(tmp_path, FIXTURES / "stacks_monitored_barrier_rank3")
+    assert "id='stacks'" not in page and "#None" not in page  # was: '0 rank(s) in monitored_barrier #None'
+    assert "Where the programs are now" in page and "monitored_barrier" in page

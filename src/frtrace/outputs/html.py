@@ -285,7 +285,7 @@ def _side_by_side(mine: list[str], theirs: list[str], apart: int) -> str:
 def _stacks(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root: Finding | None) -> str:
     """The culprit's stack where it stopped, beside the stack most issuers of the root
     collective had there; frames compared from the outermost, the first difference marked."""
-    if root is None or not analysis.culprit_ranks:
+    if root is None or not analysis.culprit_ranks or root.collective_seq_id is None:  # no recorded op to hold stacks
         return ""
     culprit = analysis.culprit_ranks[0]
     shown, mine = recorded_stack(analysis, dumps, culprit)  # nothing in flight: its last op, where it went on from
