@@ -49,7 +49,8 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     notes.extend(unknown_names(dumps))
     moments = moments_by_name(dumps)
     notes.extend(unlogged_notes(dumps, table, moments))
-    stale = stale_ranks(dumps, tracks_by_rank, table, moments, anchoring.renumbered)
+    stale = stale_ranks(dumps, tracks_by_rank, table, moments, anchoring.renumbered,
+                        frozenset(group for group, _ in anchoring.unaligned), codes)
     silent = frozenset(rank for rank, dump in dumps.items() if dump.recorder_off)
     unseen = frozenset(stale) | silent
 

@@ -51,14 +51,15 @@ class Stale:
 
 
 def stale_ranks(dumps: dict[int, Dump], tracks_by_rank: dict[int, dict[Group, Track]], table: GroupTable,
-                moments: dict[int, dict[str, GroupMoment]], renumbered=frozenset()) -> dict[int, Stale]:
+                moments: dict[int, dict[str, GroupMoment]], renumbered=frozenset(), unaligned=frozenset(),
+                codes=None) -> dict[int, Stale]:
     """Each rank whose dump is older than a collective of one of its groups that a member's dump
     shows finished (one that waits for every member): it ends before that op. The proof, by rank
     (the first group that shows it)."""
-    witnesses = _Witnesses(dumps, table, moments)
+    witnesses = _Witnesses(dumps, table, moments, codes)
     found: dict[int, Stale] = {}
     for group in table.groups:
-        if group in renumbered:  # numbered from the oldest op held: not comparable across ranks
+        if group in unaligned:  # its members could not be lined up: their numbers say nothing of each other
             continue
         lasts = {}
         for rank in group.ranks:
@@ -76,7 +77,7 @@ def stale_ranks(dumps: dict[int, Dump], tracks_by_rank: dict[int, dict[Group, Tr
             continue
         # (a member holding the op unfinished while another completed it is no older dump: an op
         # that completed on some members and not on others is stuck below PyTorch)
-        joined, witness, how = witnesses.best(group, lasts, tracks_by_rank, min(lasts.values()))
+        joined, witness, how = witnesses.best(group, lasts, tracks_by_rank, min(lasts.values()), group in renumbered)
         if witness is None:
             continue
         for rank, last in lasts.items():
@@ -98,27 +99,48 @@ class _Witnesses:
     whole steps of the step the rank repeats was waited for (a program waits for a step's ops
     before the next step), however its ops were issued."""
 
-    def __init__(self, dumps: dict[int, Dump], table: GroupTable, moments: dict[int, dict[str, GroupMoment]]) -> None:
+    def __init__(self, dumps: dict[int, Dump], table: GroupTable, moments: dict[int, dict[str, GroupMoment]],
+                 codes=None) -> None:
         self.dumps = dumps
         self.table = table
         self.moments = moments
+        self.codes = codes  # align.Codes: a track's states, where the worker's numbers are not the track's
         self.cuts: dict[int, int | None] = {}  # rank -> the buffer index with whole steps after it
 
-    def best(self, group: Group, lasts: dict[int, int], tracks_by_rank, behind: int) -> tuple[int, int | None, str]:
+    def best(self, group: Group, lasts: dict[int, int], tracks_by_rank, behind: int,
+             renumbered: bool = False) -> tuple[int, int | None, str]:
         """(the highest collective of `group` past `behind` a member shows finished, that member,
         how), from every member's reading; where none shows one, from the furthest member's own
-        steps (read for that one member only: a buffer costs a pass over its entries)."""
+        steps (read for that one member only: a buffer costs a pass over its entries). A group
+        whose seq ids were lined up anew (anchor.py) is read from its members' tracks: the worker's
+        numbers are the buffer's own."""
         joined, witness = behind, None
         for rank in lasts:
-            moment = self.moments.get(rank, {}).get(group.name)
-            if moment is not None and moment.joined_through > joined:
-                joined, witness = moment.joined_through, rank
+            if renumbered:
+                done = self._completed_in_track(tracks_by_rank[rank].get(group), behind)
+            else:
+                moment = self.moments.get(rank, {}).get(group.name)
+                done = moment.joined_through if moment is not None else 0
+            if done > joined:
+                joined, witness = done, rank
         if witness is not None:
             how = "completed" if not self.dumps[witness].entries.from_gloo else "retired, and its rank issued ops past its timeout"
             return joined, witness, how
         furthest = max(lasts, key=lambda r: (lasts[r], -r))
         seq = self._after_steps(furthest, tracks_by_rank[furthest].get(group), behind)
         return (seq, furthest, "its rank went through whole steps after it") if seq > behind else (behind, None, "")
+
+    def _completed_in_track(self, track: Track | None, behind: int) -> int:
+        """The highest collective of the track past `behind`, waiting for every member, that it
+        holds completed (0: none, or no states to read)."""
+        if track is None or track.first_seq is None or self.codes is None:
+            return 0
+        for seq in range(track.last_seq, max(track.first_seq, behind + 1) - 1, -1):
+            if track.end_state(seq, self.codes) == "completed":
+                unit = track.unit(seq)
+                if unit and all(e.op not in ROOTED_OPS for e in unit):
+                    return seq
+        return 0
 
     def _after_steps(self, rank: int, track: Track | None, behind: int) -> int:
         """The highest collective of the track past `behind` that waits for every member and that

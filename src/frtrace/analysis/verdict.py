@@ -30,7 +30,7 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
 
     mismatches = [f for f in findings if f.kind in ("type_mismatch", "size_mismatch", "dtype_mismatch") and f.decided]
     graph_culprits, undecided_cycles, evidence = graph.culprits()
-    graph_culprits, unseen_said = _without_unseen(graph_culprits, graph, stale or {}, silent)
+    graph_culprits, unseen_said = _without_unseen(graph_culprits, graph, stale or {}, silent, table.short)
     undecided_cycles = [*undecided_cycles, *unseen_said]
     stuck = [f for f in findings if f.kind == "not_completed"]
     below = _stuck_below(graph_culprits, stuck) if not mismatches else []
@@ -259,14 +259,16 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
     )
 
 
-def _without_unseen(graph_culprits: list[tuple[int, tuple | None]], graph: WaitGraph, stale: dict, silent: frozenset[int]
-                    ) -> tuple[list[tuple[int, tuple | None]], list[str]]:
+def _without_unseen(graph_culprits: list[tuple[int, tuple | None]], graph: WaitGraph, stale: dict, silent: frozenset[int],
+                    short: frozenset[tuple] = frozenset()) -> tuple[list[tuple[int, tuple | None]], list[str]]:
     """The wait-for graph's culprits less those the dumps cannot decide: a rank whose dump is
     older than the end or whose recorder was off (named for nothing), and a rank that seems to wait
-    for nobody only because the members missing from its op are such ranks, where no other member
-    went on past that op (it may wait for them). What is set aside is said, once, as undecided."""
+    for nobody only because the members missing from its op are such ranks, or are members of its
+    group no dump shows (`short`: inferred groups smaller than their siblings or shapes say), where
+    no other member went on past that op (it may wait for them). What is set aside is said, once,
+    as undecided."""
     unseen = set(stale) | set(silent)
-    if not unseen:
+    if not unseen and not short:
         return graph_culprits, []
     kept, said = [], []
     for rank, key in graph_culprits:
@@ -274,13 +276,21 @@ def _without_unseen(graph_culprits: list[tuple[int, tuple | None]], graph: WaitG
         if rank in unseen:
             why = (f"whether {_unseen_word([rank], stale, silent)} holds the job up cannot be told: "
                    f"where it was at the end is not in its dump")
-        elif (blocker := graph.joined_by_all.get(rank)) is not None and blocker.p2p is None:
+        elif (blocker := graph.joined_by_all.get(rank)) is not None and blocker.p2p is not None:
+            if blocker.p2p.peer in unseen:  # its send or recv's partner: where it was is not in its dump
+                why = (f"whether rank {rank}, in {blocker.describe()}, waits there for "
+                       f"{_unseen_word([blocker.p2p.peer], stale, silent)} cannot be told")
+        elif blocker is not None:
             view = graph.views[blocker.group.key]
             lacking = sorted(r for r in view.unseen if view.unit(blocker.seq, r) is None)
             # a member whose dump shows the end went on past the op: it was left, as the others read it
             passed = any(last > blocker.seq for r, last in view.known_last.items() if r != rank)
             if lacking and not passed:
                 why = (f"whether rank {rank}, in {blocker.describe()}, waits there for {_unseen_word(lacking, stale, silent)} "
+                       "cannot be told")
+            elif blocker.group.key in short and not passed:
+                why = (f"whether rank {rank}, in {blocker.describe()}, waits there for a member no dump shows "
+                       f"({blocker.group.label} has {len(blocker.group.ranks)} of the members its siblings or shapes say) "
                        "cannot be told")
         if why is None:
             kept.append((rank, key))

@@ -22,6 +22,9 @@ class GroupTable:
     by_rank: dict[tuple[int, str], Group]  # (global rank, pg name) -> its group
     world: tuple[int, ...]
     warnings: tuple[str, ...]
+    # keys of groups inferred with fewer members than their shapes or same-desc siblings say: the
+    # others are ranks without evidence (no dump, a recorder off) that could not be placed
+    short: frozenset[tuple] = frozenset()
 
     def group_of(self, rank: int, pg_name: str) -> Group | None:
         return self.by_rank.get((rank, pg_name))
@@ -246,11 +249,17 @@ def resolve_groups(
     _complete_siblings(inferred, descs, world, hints)
     with_evidence = {rank for rank, dump in dumps.items() if not dump.recorder_off}  # a recorder off shows no membership
     _complete_from_shapes(inferred, descs, world, hints, with_evidence, warnings)
+    expected = _family_sizes(inferred, descs, hints)
+    unplaced = _unplaced(inferred, descs, world, with_evidence)
+    short: set[tuple] = set()
     for name, members in inferred.items():
         ranks = tuple(sorted(members))
         group = groups.setdefault((name, ranks), Group(name, descs.get(name, ""), ranks, inferred=True))
         for r in users[name]:
             by_rank[(r, name)] = group
+        if not _is_default(name, descs.get(name, "")) and (
+                len(ranks) < max(expected.get(name, 0), hints.get(name, 0)) or name in unplaced):
+            short.add(group.key)
         hinted = hints.get(name, 0)
         if hinted > len(ranks):
             warnings.append(
@@ -263,7 +272,42 @@ def resolve_groups(
             "is empty or a placeholder (as in gloo dumps)"
         )
     ordered = tuple(sorted(groups.values(), key=lambda g: (_numeric(g.name), g.ranks)))
-    return GroupTable(ordered, by_rank, world, tuple(warnings))
+    return GroupTable(ordered, by_rank, world, tuple(warnings), frozenset(short))
+
+
+def _unplaced(inferred: dict[str, set[int]], descs: dict[str, str], world: tuple[int, ...], with_evidence: set[int]) -> set[str]:
+    """The inferred groups of each same-desc family that leaves ranks without evidence (no dump, a
+    recorder off) uncovered: any of them may be one of its members."""
+    by_desc: dict[str, list[str]] = defaultdict(list)
+    for name in inferred:
+        desc = descs.get(name, "")
+        if desc and desc not in ("undefined", "default_pg"):
+            by_desc[desc].append(name)
+    found: set[str] = set()
+    for names in by_desc.values():
+        if len(names) < 2:
+            continue
+        covered = set().union(*(inferred[n] for n in names))
+        if set(world) - covered - with_evidence:
+            found.update(names)
+    return found
+
+
+def _family_sizes(inferred: dict[str, set[int]], descs: dict[str, str], hints: dict[str, int]) -> dict[str, int]:
+    """Each inferred group's size as its same-desc siblings say (replicas share one), where it has
+    siblings (_expected_size)."""
+    by_desc: dict[str, list[str]] = defaultdict(list)
+    for name in inferred:
+        desc = descs.get(name, "")
+        if desc and desc not in ("undefined", "default_pg"):
+            by_desc[desc].append(name)
+    sizes = {}
+    for names in by_desc.values():
+        if len(names) < 2:
+            continue
+        size = max(max(len(inferred[n]) for n in names), *(hints.get(n, 0) for n in names))
+        sizes.update((n, _expected_size(n, size, hints)) for n in names)
+    return sizes
 
 
 def _sibling_world(users: dict[str, set[int]], descs: dict[str, str], hints: dict[str, int]) -> int:
