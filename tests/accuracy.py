@@ -5,7 +5,11 @@
 About 40% of the jobs without pipeline p2p are written in the gloo layout (no completion states,
 placeholder pg_config: membership inferred), 30% with a torchcomms recorder's process-wide seq ids. Prints, per fault kind, how many jobs frtrace got right (culprits = the faulted rank), called
 inconclusive, missed (CLEAN: the fault left no desync in the dumps) or got wrong (named an innocent
-rank); exits 1 when any is wrong, listing the first few with their seeds.
+rank); exits 1 when any is wrong, listing the first few with their seeds. Healthy jobs (midrun,
+unrecorded: the truth is nobody) are right when CLEAN and wrong when anyone is named. Where the
+faulted rank's recorder was off (recorder_off), nothing can show it: CLEAN and INCONCLUSIVE are
+fine, any rank named is wrong. Stale and mid-run dumps always carry what shows them older
+(jobgen.shown_older), so a rank named for what such a dump lacks is wrong too.
 """
 
 from __future__ import annotations
@@ -38,12 +42,16 @@ def run_job(seed: int, fault: str):
         job.gloo = layout < 0.6  # its sends and recvs are left out of the dumps
     else:
         job.gloo = not job.p2p and layout < 0.4 and fault not in jobgen.STATE_FAULTS  # gloo records no send/recv, no states
-    job.torchcomms = not job.p2p and 0.4 <= layout < 0.7
+    # not for unrecorded (monitored_barrier: c10d's), nor for dumps taken at different moments: a
+    # torchcomms recorder's wrapped groups are lined up by their completed ops, as of one moment
+    job.torchcomms = not job.p2p and 0.4 <= layout < 0.7 and fault not in ("unrecorded", "midrun", "stale_dump")
     issued = jobgen.simulate(job)
     if job.changes:
         job.culprits = jobgen.shown_faults(job, issued)
     elif fault in jobgen.PIPELINE_FAULTS:
         job.culprits = jobgen.pipeline_truth(job, issued)
+    if fault in jobgen.MOMENT_FAULTS:  # timed ops; dumps taken at their own moments
+        issued = jobgen.moments(job, issued, rng)
     raw = jobgen.dumps_of(job, issued, rng, gloo=job.gloo, torchcomms=job.torchcomms)
     dumps = {rank: normalize(d, rank, f"nccl_trace_rank_{rank}", "pickle") for rank, d in sorted(raw.items())}
     table = resolve_groups(dumps, frozenset(dumps))
@@ -51,7 +59,10 @@ def run_job(seed: int, fault: str):
     analysis = analyze(dumps, table, anchoring=anchoring)
     culprits = set(analysis.culprit_ranks)
     undecided_part = any(e.startswith("undecided") for e in analysis.evidence)
-    if analysis.verdict == "inconclusive" or (undecided_part and culprits < job.truth):
+    if not job.truth:  # a healthy job (jobgen.HEALTHY_FAULTS): CLEAN is right; naming anyone, or a fault, is wrong
+        outcome = "right" if analysis.verdict == "clean" else \
+            "inconclusive" if analysis.verdict == "inconclusive" and not culprits else "wrong"
+    elif analysis.verdict == "inconclusive" or (undecided_part and culprits < job.truth):
         outcome = "inconclusive"  # or partly: the culprits it names are right, and it says it cannot decide the rest
     elif analysis.verdict == "clean":
         outcome = "missed"
@@ -73,8 +84,12 @@ def measure(jobs: int, seed: int) -> tuple[dict[str, Counter], list[str]]:
         counts[fault]["gloo"] += job.gloo
         counts[fault]["torchcomms"] += job.torchcomms
         counts[fault][f"torchcomms {outcome}"] += job.torchcomms
+        named = set(analysis.culprit_ranks)
+        counts[fault]["off named"] += bool(named & job.off)  # a rank whose recorder was off (recorder_off)
+        counts[fault]["stale named"] += bool(named & job.stale)  # the innocent rank whose dump is older (stale_dump)
         if outcome == "wrong" and len(wrong) < 10:
-            wrong.append(f"seed {job_seed} ({fault}, ranks {sorted(job.truth)} of {job.world}): {analysis.headline}")
+            variant = f", {job.variant}" if fault in jobgen.MOMENT_FAULTS else ""
+            wrong.append(f"seed {job_seed} ({fault}{variant}, ranks {sorted(job.truth)} of {job.world}): {analysis.headline}")
     return counts, wrong
 
 

@@ -12,7 +12,7 @@ import jobgen
 from frtrace.reading import anchor
 from frtrace.analysis import waitgraph
 
-JOBS = 1100  # 100 per fault kind, about 4 s
+JOBS = 1600  # 100 per fault kind (16 kinds), about 10 s
 
 
 def test_random_faulty_jobs_never_blame_an_innocent_rank():
@@ -39,6 +39,22 @@ def test_random_faulty_jobs_never_blame_an_innocent_rank():
     assert c["right"] >= 0.5 * sum(c[o] for o in accuracy.OUTCOMES) and c["gloo"] == 0, c
     c = counts["pipeline_skip"]  # a collective left out in a 1F1B job, most in gloo's layout (no sends or recvs)
     assert c["right"] >= 0.7 * sum(c[o] for o in accuracy.OUTCOMES) and c["gloo"] > 30, c
+    # dumps taken at different moments (jobgen.MOMENT_FAULTS), each kind 100 jobs
+    assert JOBS == 100 * len(jobgen.FAULTS) and all(sum(c[o] for o in accuracy.OUTCOMES) == 100 for c in counts.values())
+    c = counts["late_arrival"]  # the rank that created the last op past its peers' deadline (time_created_ns, timeout_ms)
+    jobs = sum(c[o] for o in accuracy.OUTCOMES) - c["torchcomms"]
+    assert c["right"] - c["torchcomms right"] >= 0.9 * jobs and c["wrong"] == 0, c
+    for fault in jobgen.HEALTHY_FAULTS:  # healthy jobs (truth: nobody): CLEAN or INCONCLUSIVE, never a rank named
+        c = counts[fault]
+        assert c["wrong"] == 0 and c["gloo"] > 5, (fault, c)
+    c = counts["unrecorded"]  # a monitored_barrier's seq-id jump of 2 on every member is no desync
+    assert c["right"] == sum(c[o] for o in accuracy.OUTCOMES), c
+    c = counts["midrun"]  # every rank behind another is shown older by the dumps (jobgen.shown_older)
+    assert c["right"] + c["inconclusive"] == sum(c[o] for o in accuracy.OUTCOMES) and c["right"] > 0, c
+    c = counts["recorder_off"]  # a rank whose recorder was off shows nothing: never named
+    assert c["off named"] == 0 and c["wrong"] == 0 and c["right"] >= 0.5 * sum(c[o] for o in accuracy.OUTCOMES), c
+    c = counts["stale_dump"]  # the innocent rank's older dump (shown older) is never named; the faulted rank in most
+    assert c["stale named"] == 0 and c["wrong"] == 0 and c["right"] >= 0.7 * sum(c[o] for o in accuracy.OUTCOMES), c
 
 
 def test_without_op_states_as_evidence_stuck_ranks_are_not_found(monkeypatch):
@@ -81,16 +97,18 @@ def test_without_the_rules_for_a_second_fault_one_culprit_is_left_out(monkeypatc
     assert outcomes["wrong"] > 5, outcomes
 
 
-def test_without_lining_up_wrapped_torchcomms_dumps_innocent_ranks_are_blamed(monkeypatch):
+def test_without_lining_up_wrapped_torchcomms_dumps_most_culprits_are_not_found(monkeypatch):
     """The torchcomms jobs above can fail: left as the loader numbers them (each group from the
-    oldest op each buffer holds), wrapped dumps get innocent ranks blamed."""
+    oldest op each buffer holds), wrapped dumps mostly lose their culprit (35 of 36 right with the
+    lining up; without it, ranks read as dumped at other moments leave 25 undecided, and innocent
+    ranks are named)."""
     monkeypatch.setattr(accuracy, "anchor_relative_seqs", lambda dumps, table: anchor.Anchoring())
     outcomes = Counter()
     for i in range(300):
         outcome, job, analysis = accuracy.run_job(20261121 + i, "skip")
         if any("from the oldest op the buffer still holds" in note for note in analysis.warnings):
             outcomes[outcome] += 1
-    assert outcomes["wrong"] > 10, outcomes
+    assert outcomes["right"] < 0.5 * sum(outcomes.values()) and outcomes["wrong"] > 0, outcomes
 
 
 def test_without_the_step_rule_a_pipeline_stage_that_left_out_a_receive_is_not_found(monkeypatch):
