@@ -2,12 +2,14 @@
 dumps were taken earlier than their peers', and which member issued an op after its peers had
 given up on it.
 
-A collective finished on one member was joined by every member (reading/progress.py says which
-ones each dump shows finished, in `state`, in gloo's `retired` long before the rank's newest op,
-or where the rank's own buffer holds a whole step after it). A member whose dump ends before such
-a collective was dumped earlier: a stale dump. What it did at the end is unknown, so it is never
-named for an op it lacks, and the analysis reads it as a member whose position past its dump is
-not known (align.GroupView). That is said, never guessed.
+A collective that waits for every member (not a rooted one: a broadcast's root finishes before
+some receivers issue it) and finished on one member was issued by every member. Which ones each
+dump shows finished: reading/progress.py (`state`; gloo's `retired` on an op created its timeout
+before the rank's newest op), or the rank's own buffer holding two whole steps after it. A member
+whose dump ends before such a collective was dumped earlier: a stale dump. What it did at the end
+is unknown, so it is never named for an op it lacks, and the analysis reads it as a member whose
+position past its dump is not known (align.GroupView, verdict._without_unseen). That is said,
+never guessed.
 
 A member whose op was created more than the op's timeout after its peers' (their deadline and a
 second for clocks) arrived after they had given up: it is the culprit, they are not.
@@ -26,6 +28,7 @@ from .waitgraph import buffer_of, on_step
 _NS_PER_MS = 1_000_000
 _CLOCKS_NS = 1_000_000_000  # what the clocks of two hosts may differ by, beside a timeout
 _WHOLE_STEPS = 2  # whole steps of its own after an op that show a rank waited for it
+_LOOK_BACK = 64  # a track's latest collectives read for one completed (torchcomms' lined-up groups)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,8 @@ class _Witnesses:
             how = "completed" if not self.dumps[witness].entries.from_gloo else "retired, and its rank issued ops past its timeout"
             return joined, witness, how
         furthest = max(lasts, key=lambda r: (lasts[r], -r))
+        if lasts[furthest] < behind + 1 + _WHOLE_STEPS:  # an op of a step recurs in every step: too few after it
+            return behind, None, ""
         seq = self._after_steps(furthest, tracks_by_rank[furthest].get(group), behind)
         return (seq, furthest, "its rank went through whole steps after it") if seq > behind else (behind, None, "")
 
@@ -135,7 +140,8 @@ class _Witnesses:
         holds completed (0: none, or no states to read)."""
         if track is None or track.first_seq is None or self.codes is None:
             return 0
-        for seq in range(track.last_seq, max(track.first_seq, behind + 1) - 1, -1):
+        lowest = max(track.first_seq, behind + 1, track.last_seq - _LOOK_BACK)  # the latest ops: a wait is near the end
+        for seq in range(track.last_seq, lowest - 1, -1):
             if track.end_state(seq, self.codes) == "completed":
                 unit = track.unit(seq)
                 if unit and all(e.op not in ROOTED_OPS for e in unit):
