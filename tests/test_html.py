@@ -162,3 +162,10 @@ def test_a_hang_in_an_op_the_recorder_never_logged_draws_no_recorded_stacks_of_i
     page = report(tmp_path, FIXTURES / "stacks_monitored_barrier_rank3")
     assert "id='stacks'" not in page and "#None" not in page  # was: '0 rank(s) in monitored_barrier #None'
     assert "Where the programs are now" in page and "monitored_barrier" in page
+
+
+def test_a_stale_dump_and_a_recorder_off_are_said_on_their_rows(tmp_path):
+    page = report(tmp_path, FIXTURES / "stale_dump_rank1")
+    assert re.search(r"<th class='row'>rank 1 \(dump older\)</th>", page)  # was: a grey row like any other
+    page = report(tmp_path, FIXTURES / "recorder_off_skip_rank0")
+    assert re.search(r"<th class='row'>ranks 6-7 \(2\) \(recorder off\)</th>", page)

@@ -182,7 +182,10 @@ def _grid(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root: F
     for rank in sorted(set(table.world) | set(dumps)):
         grid[rank] = [cell(rank, family) for family in columns]
         states = tuple(c[0] if c else None for c in grid[rank])
-        rows.setdefault(("culprit", rank) if rank in culprits else states, []).append(rank)
+        # a rank whose dump is older than its peers', or whose recorder was off, says nothing of the end: its own row
+        unseen = "dump older" if rank in analysis.stale else "recorder off" if rank in analysis.no_evidence else None
+        key = ("culprit", rank) if rank in culprits else (unseen, states) if unseen else states
+        rows.setdefault(key, []).append(rank)
     head = "".join(f"<th class='col{' root' if family == root_column else ''}' title='{len(families[family])} group(s)'>"
                    f"{escape(family)}{f' <span class=note>x{len(families[family])}</span>' if len(families[family]) > 1 else ''}"
                    "</th>" for family in columns)
@@ -203,8 +206,9 @@ def _grid(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, root: F
                        f"title='{escape(label)} in {escape(where if len(members) == 1 else family)}: "
                        f"{escape(state or 'no op in the dump')} {escape(text if same else '')}'>{escape(text if same else '')}</td>")
         culprit = " class='culprit'" if key[0] == "culprit" else ""
+        said = " &laquo; culprit" if culprit else f" ({escape(key[0])})" if key[0] in ("dump older", "recorder off") else ""
         body.append(f"<tr{culprit} data-ranks='{escape(format_ranks(members))}'><th class='row'>{escape(label)}"
-                    f"{' &laquo; culprit' if culprit else ''}</th>{''.join(tds)}</tr>")
+                    f"{said}</th>{''.join(tds)}</tr>")
     legend = "".join(f"<span><i style='background:{_COLOURS[s]}'></i>{escape(s)}</span>"
                      for s in (DONE, IN_FLIGHT, NEVER, MISMATCHED, NO_DATA))
     cut = []
