@@ -691,3 +691,18 @@ def test_too_few_file_descriptors_for_the_jobs_asked_read_with_fewer_workers(tmp
     done = _limited_run(FIXTURES / "skip_goes_on_rank5_of_8", (resource.RLIMIT_NOFILE, 64), "--jobs", "40")
     assert done.returncode == 1, done.stderr  # was exit 3, an internal error (EMFILE)
     assert done.stdout.startswith("DESYNC: rank 5 never joined")
+
+
+def test_an_archive_with_no_writable_temporary_folder_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    import tarfile
+    import tempfile
+
+    with tarfile.open(tmp_path / "set.tar.gz", "w:gz") as archive:
+        archive.add(FIXTURES / "skip_rank2", arcname="skip_rank2")
+
+    def nowhere(*args, **kwargs):  # what tempfile raises where /tmp, /var/tmp and the cwd are all read-only
+        raise FileNotFoundError(2, "No usable temporary directory found in ['/tmp', '/var/tmp', '/usr/tmp']")
+    monkeypatch.setattr(tempfile, "mkdtemp", nowhere)
+    assert main(["-d", str(tmp_path / "set.tar.gz")]) == 2  # was 3, an internal error
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "cannot unpack the archive: no writable temporary folder" in line and "TMPDIR" in line

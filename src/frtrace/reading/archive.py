@@ -58,7 +58,12 @@ def is_archive(path: str) -> bool:
 def unpacked(path: str, prefix: str | None = None) -> Iterator[Discovery]:
     """The Discovery of an archive's dumps, each copied into a private temporary folder (DumpFile.source)
     while the block runs; the folder is removed when it ends, whatever ends it."""
-    spool = tempfile.mkdtemp(prefix="frtrace-archive-")
+    try:
+        spool = tempfile.mkdtemp(prefix="frtrace-archive-")
+    except OSError as exc:  # no temporary folder this process may write: the machine's, said as such
+        raise UsageError(f"{display_path(path)}: cannot unpack the archive: no writable temporary folder "
+                         f"({exc.strerror or exc}); set TMPDIR to a folder you may write, or extract the archive "
+                         "and pass the folder") from None
     try:
         yield read_archive(path, prefix, spool)
     finally:
