@@ -249,11 +249,22 @@ def test_ranks_that_never_joined_are_described_one_clause_per_situation():
     result = run({r: nccl(raw, groups) for r, raw in dumps.items()})
     assert result.culprit_ranks == (3, 4, 5)
     # whether pair #1 comes before the world's #3 in the program, no other rank shows: rank 6 may have skipped #3
+    # the first line says the culprits; what is undecided is evidence, the report's "Undecided:" line
     assert result.headline == ("DESYNC: ranks 3-5 never joined all_reduce #3 of default_pg (3 ranks wait in it); rank 3 is in "
-                               "no collective (all its ops completed); ranks 4-5 have an empty buffer (no op in flight, or none recorded); "
-                               "besides, undecided: whether rank 6, blocked in one op while others wait for it in another, skipped "
-                               "that other op cannot be told (no other rank shows their order)")
+                               "no collective (all its ops completed); ranks 4-5 have an empty buffer (no op in flight, or none recorded)")
     assert result.evidence[0] == "wait-for graph: ranks 0-2 wait in all_reduce #3 of default_pg for ranks 3-5, who wait for nobody"
+    assert result.evidence[-1] == ("undecided: whether rank 6, blocked in one op while others wait for it in another, skipped "
+                                   "that other op cannot be told (no other rank shows their order)")
+    import io
+
+    from frtrace.outputs.report import render_text
+
+    out = io.StringIO()
+    render_text(result, {}, (), out)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == result.headline and "undecided" not in lines[0]  # the first line, which people paste
+    (said,) = [line for line in lines if "whether rank 6" in line]  # said once, on its own line
+    assert said.startswith("Undecided: whether rank 6, blocked in one op") and "Evidence: " not in said
 
 
 def test_ranks_whose_buffers_wrapped_past_the_group_may_never_have_joined():

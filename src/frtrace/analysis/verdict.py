@@ -118,8 +118,9 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         else:
             headline = f"{len(parts)} independent desyncs: " if len(parts) > 1 else ""
         headline += "; ".join(parts)
-        for text in undecided_cycles + graph.undecided_behind:  # another deadlock the dumps cannot decide: said, not hidden
-            headline += f"; besides, undecided: {text}"
+        # another deadlock the dumps cannot decide: said, not hidden, on a line of its own (the
+        # report's "Undecided:"), never in the first line, which people paste
+        for text in undecided_cycles + graph.undecided_behind:
             evidence.append(f"undecided: {text}")
         verdict = "desync"
     else:
@@ -225,7 +226,7 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         seen_in_stacks.append(f"stacks: and {unsaid} more ranks whose stacks are not their peers'")
     if verdict == "inconclusive":
         causes = {rank: ("unknown", "the dumps cannot decide") for rank in culprits} or causes
-    decided_by = "; ".join(dict.fromkeys(evidence))
+    decided_by = "; ".join(dict.fromkeys(e for e in evidence if not e.startswith("undecided: ")))  # said on its own
     evidence.extend(seen_in_stacks)
     final = tuple(
         Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks,

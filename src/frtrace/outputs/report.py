@@ -68,8 +68,13 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
     print(analysis.headline, file=out)
     if analysis.causes:
         print(f"Cause: {cause_text(analysis)}", file=out)
-    if analysis.evidence:
-        print("Evidence: " + "; ".join(analysis.evidence), file=out)
+    decided = [e for e in analysis.evidence if not e.startswith(UNDECIDED)]
+    if decided:
+        print("Evidence: " + "; ".join(decided), file=out)
+    undecided = [e.removeprefix(UNDECIDED) for e in analysis.evidence if e.startswith(UNDECIDED)]
+    undecided = [text for text in undecided if text not in analysis.headline]  # said once
+    if undecided:
+        print("Undecided: " + "; ".join(undecided), file=out)
 
     if analysis.findings:
         shown = analysis.findings[:mismatch_cap] if mismatch_cap > 0 else analysis.findings
@@ -134,6 +139,7 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
             print(f"  ... {len(analysis.warnings) - len(shown_warnings)} more; -v shows them all", file=out)
 
 
+UNDECIDED = "undecided: "  # an evidence item the dumps could not decide (analysis/verdict.py)
 JSON_SCHEMA_VERSION = 9  # 2: schema_version, frtrace_version, ignored_files; 3: evidence; 4: culprit_files; 5: health;
 # 6: each health check's detail and fields, each culprit file's not_read; 7: cause, causes; 8: ranks, culprit_stacks, notes;
 # 9: stale_ranks, no_evidence_ranks, the finding kind late_arrival
