@@ -126,27 +126,27 @@ class MachineMemory(MemoryError):
         self.limit = limit
 
 
-def memory_limited() -> bool:
-    """Whether this process runs under an address-space limit of its own (ulimit -v)."""
+def _address_limit() -> int | None:
+    """This process's own soft address-space limit (ulimit -v) in bytes; None where it has none."""
     try:
         import resource
 
-        return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        return None if soft == resource.RLIM_INFINITY else soft
     except (ImportError, OSError, ValueError):
-        return False
+        return None
+
+
+def memory_limited() -> bool:
+    """Whether this process runs under an address-space limit of its own (ulimit -v)."""
+    return _address_limit() is not None
 
 
 def memory_limit_text(limit: int | None = None) -> str:
     """'the address-space limit of 512 MiB (ulimit -v)' for a message, read now where not given."""
+    limit = limit if limit is not None else _address_limit()
     if limit is None:
-        try:
-            import resource
-
-            limit, unlimited = resource.getrlimit(resource.RLIMIT_AS)[0], resource.RLIM_INFINITY
-        except (ImportError, OSError, ValueError):
-            limit = unlimited = -1
-        if limit == unlimited:
-            return "the memory this machine has"
+        return "the memory this machine has"
     return f"the address-space limit of {limit >> 20} MiB (ulimit -v)"
 
 
