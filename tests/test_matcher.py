@@ -421,9 +421,9 @@ def test_culprits_in_the_same_situation_share_one_clause():
     dumps = {r: make_dump(ops(3) + ([] if r in (1, 3, 5) else [entry(seq=4)])) for r in range(8)}
     result = run(dumps)
     assert result.culprit_ranks == (1, 3, 5)
-    assert result.headline == ("DESYNC: ranks 1,3,5 never joined all_reduce #4 of default_pg (5 ranks wait in it); "
-                               "ranks 1,3,5 are in no collective: their last op, all_reduce #3 of default_pg, was joined by every member "
-                               "(or in a send or recv, which gloo does not record)")
+    assert result.headline == "DESYNC: ranks 1,3,5 never joined all_reduce #4 of default_pg (5 ranks wait in it); ranks 1,3,5 are in no collective"
+    assert ("where: ranks 1,3,5 are in no collective: their last op, all_reduce #3 of default_pg, was joined by every member "
+            "(or in a send or recv, which gloo does not record)") in result.evidence
 
 
 def test_version_1_4_dumps_with_one_seq_counter_find_the_skipper():
@@ -582,11 +582,11 @@ def _pair_split(last_seq: dict[int, int], missing=(), desc="tp", layout="gloo"):
 
 def test_in_a_tie_the_sibling_groups_that_went_on_blame_the_rank_left_behind():
     result = _pair_split({})
-    assert result.culprit_ranks == (1,) and result.evidence == ("sibling groups: the other tp groups issued #3 too",)
     # gloo records no send or recv: the rank may be waiting in one (a pipeline stage), and it is said
-    assert result.headline == ("DESYNC: rank 1 never joined all_reduce #3 of tp (1 rank waits in it); rank 1 is in no "
-                               "collective: its last op, all_reduce #2 of tp, was joined by every member (or in a send or "
-                               "recv, which gloo does not record)")
+    assert result.culprit_ranks == (1,) and result.evidence == (
+        "sibling groups: the other tp groups issued #3 too", "where: rank 1 is in no collective: its last op, all_reduce "
+        "#2 of tp, was joined by every member (or in a send or recv, which gloo does not record)")
+    assert result.headline == "DESYNC: rank 1 never joined all_reduce #3 of tp (1 rank waits in it); rank 1 is in no collective"
     assert _pair_split({}, layout="nccl").headline == (
         "DESYNC: rank 1 never joined all_reduce #3 of tp (1 rank waits in it); rank 1 is in no collective (all its ops completed)")
 
@@ -637,7 +637,8 @@ def test_in_a_tie_the_rank_that_stopped_inside_the_loop_its_buffer_repeats_staye
     assert result.culprit_ranks == (0,)
     assert result.evidence == ("own history: each of ranks 0-1 repeats one step op for op, and stopped 2 ops into a step "
                                "of its own with all_reduce of tp next, before the end of its loop: rank 1 issued it there, "
-                               "rank 0 stayed behind",)
+                               "rank 0 stayed behind", "where: rank 0 is in no collective: its last op, all_reduce #7 of tp, "
+                               "was joined by every member (or in a send or recv, which gloo does not record)")
 
 
 @pytest.mark.parametrize("program", [
@@ -711,7 +712,9 @@ def test_the_evidence_says_who_waits_for_whom_in_words_that_agree():
     assert unmatched.evidence == ("wait-for graph: rank 0 waits in send 0->1 (p2p #2) of default_pg for rank 1, who waits for nobody",)
     behind = run({r: make_dump(ops(3 if r != 3 else 2)) for r in range(4)})
     assert behind.culprit_ranks == (3,)
-    assert behind.evidence == ("majority: 3 of 4 members issued all_reduce #3 of default_pg; rank 3 never did and waits for nobody",)
+    assert behind.evidence == ("majority: 3 of 4 members issued all_reduce #3 of default_pg; rank 3 never did and waits for nobody",
+                               "where: rank 3 is in no collective: its last op, all_reduce #2 of default_pg, was joined by "
+                               "every member (or in a send or recv, which gloo does not record)")
 
 
 def test_a_missing_dump_one_rank_waits_for_is_said_in_the_singular():

@@ -165,8 +165,11 @@ def test_the_first_frame_where_a_culprit_parts_from_its_peers_is_said_and_marked
     at = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
     apart = f"{mine[at][0]}:{mine[at][1]} in {mine[at][2]}"
     code, report, _ = _report(folder, tmp_path, capsys)
-    odd = [e for e in report["evidence"] if e.startswith("stacks: rank 2 is at")]
+    odd = [e for e in report["evidence"] if e.startswith("stacks: rank 2") and "peers are at" in e]
     assert code == 1 and len(odd) == 1 and "2 of its 3 default_pg peers are at" in odd[0], report["evidence"]
+    # said once: what the stack shows (the data loader) and where its peers are, on one line
+    assert odd[0].startswith("stacks: rank 2's Python stack shows it in the data loader, at ")
+    assert not [e for e in report["evidence"] if e.startswith("stacks: rank 2") and e not in odd], report["evidence"]
     assert odd[0].endswith(f"their stacks part at {apart} against {theirs[at][0]}:{theirs[at][1]} in {theirs[at][2]}")
     assert main(["-d", str(folder), "--html", str(tmp_path / "r.html")]) == 1
     page = (tmp_path / "r.html").read_text()
@@ -195,7 +198,8 @@ def test_every_rank_apart_from_most_of_its_group_is_named_culprit_or_not(tmp_pat
     stacks = {f"stacks/rank_{r}.txt": loader if r in (2, 5) else waiting for r in range(8)}
     folder = _set_with(tmp_path, "stacks_two_faults_hidden_ranks2_7", stacks)
     _, report, _ = _report(folder, tmp_path, capsys)
-    named = {int(e.split()[2]): e for e in report["evidence"] if re.match(r"stacks: rank \d+ is ", e)}
+    named = {int(e.split()[2].removesuffix("'s")): e for e in report["evidence"]
+             if re.match(r"stacks: rank \d+", e) and "peers are" in e}
     assert sorted(named) == [2, 5] and 5 not in report["culprit_ranks"], report["evidence"]
     assert named[5].startswith("stacks: rank 5 is at train.py:30 in step, in __next__ (dataloader.py); ")
     assert "peers are at train.py:31 in step, in all_reduce (distributed_c10d.py)" in named[5]

@@ -25,7 +25,7 @@ def _batch_end(seq, p2p_seq, state="completed"):
 
 def _stuck_in_2_on_both(result):
     assert result.verdict == "stuck", result.headline
-    assert result.headline.startswith("STUCK: all_reduce #2 of default_pg was issued by all 2 members but never completed on ranks 0-1")
+    assert result.headline.startswith("STUCK: ranks 0-1 never completed all_reduce #2 of default_pg, which every member issued")
     assert result.findings[0].kind == "not_completed"
 
 

@@ -118,6 +118,8 @@ def test_a_culprits_failed_gpu_check_keeps_its_device_and_error_in_every_report(
     said = "rank 13's gpu check failed: Xid 48: double-bit ECC error (index 5, uuid GPU-8d2c41)"
     out = capsys.readouterr().out
     assert f"Evidence: majority: 15 of 16 members issued all_reduce #10 of default_pg; rank 13 never did and waits for nobody; " \
+           f"where: rank 13 is in no collective: its last op, all_reduce #6 of default_pg, was joined by every member " \
+           f"(or in a send or recv, which gloo does not record); " \
            f"health check: {said}" in out
     assert "failed health checks  rank 13: gpu: Xid 48: double-bit ECC error (index 5, uuid GPU-8d2c41)" in out
     report = json.loads((tmp_path / "r.json").read_text())

@@ -35,8 +35,8 @@ def test_a_backend_frtrace_does_not_know_tracks_completion_where_its_states_say_
     result = run(dumps)
     last = len(states)
     assert result.verdict == "stuck", result.headline
-    assert result.headline == (f"STUCK: all_reduce #{last} of default_pg was issued by all 4 members but never "
-                               f"completed on ranks 0-3: stuck below PyTorch (NCCL, network or a GPU) in default_pg")
+    assert result.headline == (f"STUCK: ranks 0-3 never completed all_reduce #{last} of default_pg, which every member "
+                               f"issued: stuck below PyTorch (NCCL, network or a GPU)")
     assert result.evidence == ("completion recorded: every member issued it, ranks 0-3 never completed it",)
     assert set(result.culprit_entries) == {0, 1, 2, 3} and result.culprit_entries[0].collective_seq_id == last
 
@@ -223,9 +223,10 @@ def test_ranks_behind_a_majority_are_named_in_plural_words():
     result = run({r: make_dump(ops(3 if r < 6 else 2)) for r in range(8)})
     assert result.culprit_ranks == (6, 7)
     assert result.headline == ("DESYNC: ranks 6-7 never joined all_reduce #3 of default_pg (6 ranks wait in it); ranks 6-7 "
-                               "are in no collective: their last op, all_reduce #2 of default_pg, was joined by every member "
-                               "(or in a send or recv, which gloo does not record)")
-    assert result.evidence == ("majority: 6 of 8 members issued all_reduce #3 of default_pg; ranks 6-7 never did and wait for nobody",)
+                               "are in no collective")
+    assert result.evidence == ("majority: 6 of 8 members issued all_reduce #3 of default_pg; ranks 6-7 never did and wait for nobody",
+                               "where: ranks 6-7 are in no collective: their last op, all_reduce #2 of default_pg, was joined by "
+                               "every member (or in a send or recv, which gloo does not record)")
 
 
 def test_as_many_ranks_ahead_as_behind_is_undecided_in_plural_words():
@@ -365,8 +366,8 @@ def test_every_op_stuck_below_pytorch_is_a_finding_with_the_states_it_was_left_i
     result = run({r: nccl(entries, groups) for r, entries in raw.items()})
     # in a, rank 2's stream started the op and rank 3's never did: rank 3's GPU never reached it (issue 27)
     assert result.verdict == "stuck" and result.culprit_ranks == (3, 5)
-    assert result.headline == ("STUCK: all_reduce #1 of a was issued by all 2 members, but rank 3 never started it where the "
-                               "others did: its GPU never reached it (a kernel before it never ended) (and 1 more stuck op, "
+    assert result.headline == ("STUCK: rank 3 never started all_reduce #1 of a, which every member issued and the others "
+                               "started: its GPU never reached it (a kernel before it never ended) (and 1 more stuck op, "
                                "see the findings)")
     assert result.evidence == ("op states: rank 3 left all_reduce #1 of a scheduled where every other member started it",
                                "completion recorded: every member issued all_reduce #1 of b, rank 5 never completed it")

@@ -620,6 +620,17 @@ def by_number(ranks, one: str, several: str) -> str:
     return one if len(ranks) == 1 else several
 
 
+MAX_RANK_RUNS = 8  # runs of consecutive ranks said in words; a thousand scattered ones are counted
+
+
 def ranks_word(ranks: Iterable[int]) -> str:
+    """"rank 3", "ranks 0-2,5", or past MAX_RANK_RUNS runs the first ones and a count, "ranks
+    0,8,16,24,32,40,48,56,... (128 ranks)": a sentence stays a sentence at any scale (the JSON
+    lists them all)."""
     ranks = sorted(set(ranks))
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    runs = format_ranks(ranks).split(",")
+    if len(runs) <= MAX_RANK_RUNS:
+        return f"ranks {','.join(runs)}"
+    return f"ranks {','.join(runs[:MAX_RANK_RUNS])},... ({len(ranks)} ranks)"

@@ -4,6 +4,7 @@ headline a person can act on."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 from . import size_rules
 from .align import by_number, count_of, ranks_word, unit_label
@@ -73,8 +74,9 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         named_by.update(dict.fromkeys(culprits, "late"))
         verdict = "desync"
         first = late[0]
-        headline = (f"{ranks_word(first.ranks)} issued {first.op} #{first.collective_seq_id} of {first.group.label} after "
-                    f"{by_number(first.ranks, 'its', 'their')} peers had given up on it: {first.detail}")
+        subject = ranks_word(first.ranks)  # the detail says when: "rank 2 issued it 7.0 s after rank 1, past ..."
+        headline = (f"{subject} issued {first.op} #{first.collective_seq_id} of {first.group.label} "
+                    f"{first.detail.removeprefix(f'{subject} issued it ')}")
         if len(late) > 1:
             headline += f" (+{len(late) - 1} more group(s) with a late arrival)"
         evidence = [f"late arrival: {f.detail}" for f in late]
@@ -104,20 +106,31 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
                 root_ids.add(id(f))
         parts = []
         for key, ranks in sorted(by_op.items(), key=lambda item: min(item[1])):
-            parts.append(_missing_headline(key, ranks, graph, blockers, dumps))
+            parts.append(_missing_said(key, ranks, graph, blockers, dumps))
             for rank in ranks:
                 if blockers.get(rank) is not None:
                     culprit_entries[rank] = blockers[rank].entry
+        # the first line, which people paste: each culprit and what it did, where the first one is;
+        # where each is in full, on the evidence line
+        first, further = parts[0], defaultdict(list)  # what the further culprits did -> who did it
+        for part in parts[1:]:
+            further[part.did].extend(part.ranks)
+        said = [f"{ranks_word(sorted(ranks))} {did}" for did, ranks in list(further.items())[:MAX_FURTHER_SAID]]
+        if len(further) > MAX_FURTHER_SAID:
+            said.append(f"and {len(further) - MAX_FURTHER_SAID} more, see the findings")
+        headline = "; ".join([f"{first.subject} {first.did}{first.waiting}", *first.short, *said])
+        evidence.extend(f"where: {clause}" for part in parts for clause in part.full if clause not in headline)
         # ranks that each missed another op: each is a desync of its own (the wait-for graph holds
         # a sink or a cycle for each)
         named_by.update(dict.fromkeys(culprits, "graph"))
         if len(parts) > 1 and graph.p2p_unrecorded and any(r in graph.joined_by_all for r in culprits):
             # a rank that waits for nobody the dumps show may wait in a send or recv for another culprit
             undecidable.update(r for r in culprits if r in graph.joined_by_all)
-            headline = f"{len(parts)} desyncs (gloo records no send or recv: which caused which cannot be told): "
-        else:
-            headline = f"{len(parts)} independent desyncs: " if len(parts) > 1 else ""
-        headline += "; ".join(parts)
+            headline += f" ({len(parts)} desyncs; which caused which cannot be told)"
+            evidence.append(f"undecided: which of the {len(parts)} desyncs caused the other: gloo records no send or "
+                            "recv, and a rank in no collective may wait in one for another culprit")
+        elif len(parts) > 1:
+            headline += f" ({len(parts)} independent desyncs)"
         # another deadlock the dumps cannot decide: said, not hidden, on a line of its own (the
         # report's "Undecided:"), never in the first line, which people paste
         for text in undecided_cycles + graph.undecided_behind:
@@ -131,7 +144,7 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             stuck = below + [f for f in stuck if f not in below]
         if undecided or undecided_cycles:
             verdict = "inconclusive"
-            headline = (undecided_cycles[0] if undecided_cycles else
+            headline = (_few_waits(undecided_cycles[0]) if undecided_cycles else
                         f"{undecided[0].kind.replace('_', ' ')} in {undecided[0].op} #{undecided[0].collective_seq_id or undecided[0].p2p_seq_id} "
                         f"of {undecided[0].group.label}: {undecided[0].detail}")
             root_ids.update(id(f) for f in undecided)
@@ -156,20 +169,16 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             for finding in reversed(stuck):  # the first op that holds a rank says how it is stuck
                 named_by.update(dict.fromkeys(finding.ranks, "gpu" if _gpu_never_reached(finding) else "stuck"))
             f = stuck[0]
+            op = f"{f.op} #{f.collective_seq_id} of {f.group.label}, which every member issued"
             if _gpu_never_reached(f):
-                headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} "
-                            f"members, but {ranks_word(f.ranks)} never started it where the others did: "
-                            f"{by_number(f.ranks, 'its', 'their')} GPU never reached it (a kernel before it never ended)")
+                headline = (f"{ranks_word(f.ranks)} never started {op} and the others started: "
+                            f"{by_number(f.ranks, 'its GPU', 'their GPUs')} never reached it (a kernel before it never ended)")
             else:
-                headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} was issued by all {len(f.expected_ranks)} members "
-                            f"but never completed on {ranks_word(f.ranks)}: stuck below PyTorch (NCCL, network or a GPU) "
-                            f"in {f.group.label}")
+                headline = f"{ranks_word(f.ranks)} never completed {op}: stuck below PyTorch (NCCL, network or a GPU)"
             if len(stuck) > 1:
                 headline += f" (and {count_of(len(stuck) - 1, 'more stuck op')}, see the findings)"
             waiting = sorted({r for key, ranks in graph.waiters.items() for r in ranks
                               if set(graph.waits_on.get(key, ())) & set(f.ranks)} - set(f.ranks)) if below else []
-            if waiting:
-                headline += f"; {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} for them elsewhere"
             for rank in f.ranks:
                 if blockers.get(rank) is not None:
                     culprit_entries[rank] = blockers[rank].entry
@@ -219,9 +228,12 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
     for rank, (cause, said, why) in _with_stacks(causes, undecidable, mains, places).items():
         causes[rank] = (cause, said)
         plain = f"rank {rank}'s Python stack: {places[rank]}"
-        if why or rank not in odd_said:  # the odd one out's line says where it is, and where its peers are
+        if rank in odd_said:  # the odd one out's line says where it is, and where its peers are: said once
+            own, peers = odd_said[rank]
+            odd_said[rank] = (why or own, peers)
+        else:
             seen_in_stacks.append(f"stacks: {why or plain}")
-    seen_in_stacks.extend(f"stacks: {said}" for said in odd_said.values())
+    seen_in_stacks.extend(f"stacks: {own}; {peers}" for own, peers in odd_said.values())
     if unsaid:
         seen_in_stacks.append(f"stacks: and {unsaid} more ranks whose stacks are not their peers'")
     if verdict == "inconclusive":
@@ -501,22 +513,21 @@ def _stacks_apart(culprits: list[int], groups, mains: dict) -> tuple[StackApart,
     return tuple(found)
 
 
-def _odd_ones_said(apart: tuple[StackApart, ...], places: dict[int, str]) -> tuple[dict[int, str], int]:
-    """The first MAX_ODD_SAID odd ones out in words, by rank: "rank 5 is at data.py:88 in
-    load_batch; 3 of its 3 dp peers are at train.py:120 in step, in all_reduce
-    (distributed_c10d.py)", with the first frame where their stacks part where it is above the
-    rank's own innermost line; and how many more there are."""
+def _odd_ones_said(apart: tuple[StackApart, ...], places: dict[int, str]) -> tuple[dict[int, tuple[str, str]], int]:
+    """The first MAX_ODD_SAID odd ones out in words, by rank, where each is and where its peers
+    are: ("rank 5 is at data.py:88 in load_batch", "3 of its 3 dp peers are at train.py:120 in
+    step, in all_reduce (distributed_c10d.py)"), with the first frame where their stacks part
+    where it is above the rank's own innermost line; and how many more there are."""
     odd = [seen for seen in apart if seen.odd]
     said = {}
     for seen in odd[:MAX_ODD_SAID]:
         theirs = place(Thread(None, seen.peers_frames[::-1]))
-        line = (f"rank {seen.rank} is {places.get(seen.rank) or 'in no frame of its own'}; {seen.agreeing} of its "
-                f"{seen.peers} {seen.group.label} peers are {theirs or 'in no frame of their own'}")
+        peers = f"{seen.agreeing} of its {seen.peers} {seen.group.label} peers are {theirs or 'in no frame of their own'}"
         innermost_own = max((i for i, f in enumerate(seen.frames) if f[1]), default=len(seen.frames))
         if seen.apart < innermost_own and seen.apart < len(seen.peers_frames):
-            line += (f"; their stacks part at {frame_text(seen.frames[seen.apart])} against "
-                     f"{frame_text(seen.peers_frames[seen.apart])}")
-        said[seen.rank] = line
+            peers += (f"; their stacks part at {frame_text(seen.frames[seen.apart])} against "
+                      f"{frame_text(seen.peers_frames[seen.apart])}")
+        said[seen.rank] = (f"rank {seen.rank} is {places.get(seen.rank) or 'in no frame of its own'}", peers)
     return said, max(0, len(odd) - MAX_ODD_SAID)
 
 
@@ -632,51 +643,87 @@ def _shown_dtypes(entries: tuple[Entry, ...]) -> str:
     return "dtype " + ",".join(sorted({d for e in entries for d in e.input_dtypes + e.output_dtypes}))
 
 
-def _missing_headline(key, ranks, graph: WaitGraph, blockers, dumps) -> str:
+@dataclass(frozen=True, slots=True)
+class MissingSaid:
+    """What the culprits of one op did, in words ("never joined all_reduce #10 of default_pg"), how
+    many wait in it (" (3 ranks wait in it)"), and where they are: short for the first line ("rank
+    2 is in no collective"), in full for the evidence."""
+
+    ranks: tuple[int, ...]
+    did: str
+    waiting: str = ""
+    short: tuple[str, ...] = ()
+    full: tuple[str, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        return ranks_word(self.ranks)
+
+
+MAX_FURTHER_SAID = 3  # culprits after the first one the first line names, each with what it did
+MAX_WAITS_SAID = 2  # waits of a cycle the first line names; of a longer one, its first
+
+
+def _few_waits(cycle: str) -> str:
+    """A cycle of waits ("rank 1 waits in ... for rank 3; rank 3 waits in ... for rank 1: why it
+    cannot be decided") with its first waits only, for the first line; the report's Undecided
+    line says it whole."""
+    waits, colon, why = cycle.partition(": ")
+    shown = waits.split("; ")
+    if len(shown) <= MAX_WAITS_SAID:
+        return cycle
+    return f"{shown[0]}, and {len(shown) - 1} more waits in a cycle (see Undecided){colon}{why}"
+
+
+def _missing_said(key, ranks, graph: WaitGraph, blockers, dumps) -> MissingSaid:
     if key is None:
-        return f"{ranks_word(ranks)} blocked everyone"
+        return MissingSaid(tuple(ranks), "blocked everyone")
     waiting = graph.waiters[key]
     blocker = graph.blocker_of_op[key]
-    subject = ranks_word(ranks)
     if key in graph.ran_ahead:
         idle = graph.waits_on[key]
-        return (f"{subject} ran ahead: {by_number(ranks, 'it', 'they')} issued {blocker.describe()}, which "
-                f"{ranks_word(idle)} never issued, and {by_number(ranks, 'waits', 'wait')} in it; "
-                f"{ranks_word(idle)} {by_number(idle, 'waits', 'wait')} for nobody")
+        return MissingSaid(tuple(ranks), f"ran ahead: {by_number(ranks, 'it', 'they')} issued {blocker.describe()}, which "
+                           f"{ranks_word(idle)} never issued, and {by_number(ranks, 'waits', 'wait')} in it; "
+                           f"{ranks_word(idle)} {by_number(idle, 'waits', 'wait')} for nobody")
+    if all(r not in dumps for r in ranks) and key[0] != "p2p":
+        return MissingSaid(tuple(ranks), f"{graph.no_dump(ranks)} and {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} "
+                           f"for {by_number(ranks, 'it', 'them')} in {blocker.describe()}: "
+                           f"{by_number(ranks, 'it is', 'they are')} the prime suspect")
     if key[0] == "p2p":
         other = "recv" if blocker.p2p and blocker.p2p.kind == "send" else "send"
-        text = f"{subject} never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}"
-    elif all(r not in dumps for r in ranks):
-        return (f"{subject} {graph.no_dump(ranks)} and {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} "
-                f"for {by_number(ranks, 'it', 'them')} in {blocker.describe()}: "
-                f"{by_number(ranks, 'it is', 'they are')} the prime suspect")
+        did, count = f"never posted the {other} matching rank {blocker.rank}'s {blocker.describe()}", ""
     else:
         joined = "may never have joined" if key in graph.weak else "never joined"  # weak: a buffer wrapped past the group
-        text = f"{subject} {joined} {blocker.describe()} ({len(waiting)} {by_number(waiting, 'rank waits', 'ranks wait')} in it)"
-    # one clause per situation, so a thousand culprits in the same place read as one
-    clauses: dict[str, list[int]] = {}
+        did = f"{joined} {blocker.describe()}"
+        count = f" ({len(waiting)} {by_number(waiting, 'rank waits', 'ranks wait')} in it)"
+    # one clause per situation, so a thousand culprits in the same place read as one: (short, full)
+    clauses: dict[tuple[str, str], list[int]] = {}
     for rank in ranks:
         own = blockers.get(rank)
         if rank not in dumps:
-            clause = "{who} " + graph.no_dump([rank])
+            clause = ("{who} " + graph.no_dump([rank]),) * 2
         elif own is None:
             clause = ("{who} {is} in no collective (all {its} ops completed)" if graph.tracking.get(rank) else
-                      "{who} {has} an empty buffer (no op in flight, or none recorded)")
+                      "{who} {has} an empty buffer (no op in flight, or none recorded)",) * 2
         elif rank in graph.joined_by_all:
             if graph.tracking.get(rank):
-                clause = f"{{who}} {{is}} blocked in {own.describe()}, which every member joined"
+                clause = (f"{{who}} {{is}} blocked in {own.describe()}, which every member joined",) * 2
             else:
-                clause = f"{{who}} {{is}} in no collective: {{its}} last op, {own.describe()}, was joined by every member"
+                full = f"{{who}} {{is}} in no collective: {{its}} last op, {own.describe()}, was joined by every member"
                 if graph.p2p_unrecorded:
-                    clause += " (or in a send or recv, which gloo does not record)"
+                    full += " (or in a send or recv, which gloo does not record)"
+                clause = ("{who} {is} in no collective", full)
         else:
-            clause = f"{{who}} {{is}} blocked in {own.describe()}"
+            clause = (f"{{who}} {{is}} blocked in {own.describe()}",) * 2
         clauses.setdefault(clause, []).append(rank)
-    shown = list(clauses.items())[:3]
-    for clause, who in shown:
+
+    def said(clause: str, who: list[int]) -> str:
         one = len(who) == 1
-        text += "; " + clause.format(who=ranks_word(who), its="its" if one else "their", has="has" if one else "have",
-                                     **{"is": "is" if one else "are"})
+        return clause.format(who=ranks_word(who), its="its" if one else "their", has="has" if one else "have",
+                             **{"is": "is" if one else "are"})
+
+    shown = list(clauses.items())[:3]
+    short = [said(short, who) for (short, _), who in shown]
     if len(clauses) > len(shown):
-        text += f"; (+{len(clauses) - len(shown)} more situations, see the findings)"
-    return text
+        short.append(f"(+{len(clauses) - len(shown)} more situations, see the findings)")
+    return MissingSaid(tuple(ranks), did, count, tuple(short), tuple(said(full, who) for (_, full), who in list(clauses.items())[:8]))

@@ -51,13 +51,19 @@ def recorded_stack(analysis: Analysis, dumps: dict[int, Dump], rank: int) -> tup
     return (entry, dumps[rank].stack_of(entry.stack_id)) if entry is not None else (None, ())
 
 
-def cause_text(analysis: Analysis) -> str:
-    """The culprits' causes in words, ranks that share one together: "divergence: rank 3: issued ..."."""
+def cause_lines(analysis: Analysis) -> list[str]:
+    """The culprits' causes in words, one per cause, ranks that share one together: "divergence:
+    rank 3: issued ..."."""
     ranks_of: dict[tuple[str, str], list[int]] = {}
     for rank, said in sorted(analysis.causes.items()):
         ranks_of.setdefault(said, []).append(rank)
-    return "; ".join(f"{cause}: {'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}: {said}"
-                     for (cause, said), ranks in ranks_of.items())
+    return [f"{cause}: {'rank' if len(ranks) == 1 else 'ranks'} {format_ranks(ranks)}: {said}"
+            for (cause, said), ranks in ranks_of.items()]
+
+
+def cause_text(analysis: Analysis) -> str:
+    """The culprits' causes in one paragraph, "; " between them."""
+    return "; ".join(cause_lines(analysis))
 
 
 def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[SkippedFile, ...], out: TextIO, *,
@@ -66,8 +72,8 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
     """The report: verdict line first, then what decided it, findings, the culprit's stack, a
     summary, warnings."""
     print(analysis.headline, file=out)
-    if analysis.causes:
-        print(f"Cause: {cause_text(analysis)}", file=out)
+    if analysis.causes:  # a line per cause, under each other
+        print("Cause: " + "\n       ".join(cause_lines(analysis)), file=out)
     decided = [e for e in analysis.evidence if not e.startswith(UNDECIDED)]
     if decided:
         print("Evidence: " + "; ".join(decided), file=out)
