@@ -529,37 +529,34 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
 
 
 def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
-    """Fetch every rank at once, keep the snapshot, analyse it as a dump set."""
-    from .live.fetch import Answer, fetch_all, store_workers, worker_url, write_snapshot
+    """Fetch every rank at once into the snapshot folder, keep it, analyse it as a dump set."""
+    from .live.fetch import Answer, SnapshotFolder, store_workers, worker_url
     from .reading.discover import SNAPSHOT_OTHER_RECORDER
     from .reading.stacks import where_in
 
     out_dir = options.out_dir or time.strftime("frtrace-live-%Y%m%d-%H%M%S")
-    if os.path.lexists(out_dir):  # before any rank is asked: a snapshot that could not be kept is not taken
-        raise OutputError(f"{display_path(out_dir)}: already exists; frtrace live writes a new folder, never into "
-                          "one: give another -O")
-    if options.store:
-        urls, missing = store_workers(options.store, options.world, options.timeout)
-    else:
-        urls, missing = {rank: worker_url(text) for rank, text in enumerate(options.workers)}, {}
-    _one_worker_each(urls)
-    absent = [Answer(rank, "", None, None, why, 0.0) for rank, why in missing.items()]
-    snapshots = {}
-    for name in ("a", "b") if options.interval else ("",):
-        if name == "b":
-            time.sleep(options.interval)
-        taken = time.time()
-        snapshots[name] = (sorted(fetch_all(urls, options.timeout) + absent, key=lambda a: a.rank), taken)
-        if all(a.error is not None for a in snapshots[name][0]):  # nothing to keep: said, nothing written
-            reasons = sorted({a.error for a in snapshots[name][0] if a.error})
-            raise UsageError(f"no rank answered ({'; '.join(reasons[:3])}): check the worker addresses and that the job "
-                             "runs with the debug server on; nothing was written")
-    write_snapshot(snapshots, out_dir)
+    with SnapshotFolder(out_dir) as snapshot:  # refused where it exists, before any rank is asked
+        if options.store:
+            urls, missing = store_workers(options.store, options.world, options.timeout)
+        else:
+            urls, missing = {rank: worker_url(text) for rank, text in enumerate(options.workers)}, {}
+        _one_worker_each(urls)
+        absent = [Answer(rank, "", None, None, why, 0.0) for rank, why in missing.items()]
+        for name in ("a", "b") if options.interval else ("",):
+            if name == "b":
+                time.sleep(options.interval)
+            answers = snapshot.take(name, urls, options.timeout, absent)
+            if all(a.error is not None for a in answers):  # nothing to keep: said, nothing written
+                reasons = sorted({a.error for a in answers if a.error})
+                raise UsageError(f"no rank answered ({'; '.join(reasons[:3])}): check the worker addresses and that the "
+                                 "job runs with the debug server on; nothing was written")
+        snapshot.keep()
     later = os.path.join(out_dir, "b") if options.interval else out_dir
-    answers = snapshots["b" if options.interval else ""][0]
     silent = [a for a in answers if a.error is not None]
     for answer in silent:
-        if answer.url and answer.error == "no answer in time":
+        if answer.refused:
+            print(f"frtrace: rank {answer.rank}'s answer was not kept: {answer.error}", file=err)
+        elif answer.url and answer.error == "no answer in time":
             print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer within {options.timeout:g} s; "
                   "its process may be gone or its host unreachable", file=err)
         elif answer.url:
@@ -575,7 +572,7 @@ def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
             f"snapshot of {len(answers) - len(silent)} of {len(answers)} ranks kept in {display_path(out_dir)} "
             f"(frtrace -d {display_path(out_dir)} reads it again)")
     print(f"frtrace: {kept}", file=err)
-    both = [a.rank for a in answers if a.other is not None]
+    both = [a.rank for a in answers if a.other_file is not None]
     if both:
         print(f"frtrace: {'ranks' if len(both) > 1 else 'rank'} {format_ranks(both)}: the dumps are the NCCL recorders; the backend-neutral ones (gloo's ops) held "
               f"entries too, kept in {display_path(os.path.join(later, SNAPSHOT_OTHER_RECORDER))} (frtrace -d reads it)",

@@ -309,8 +309,10 @@ def _live_snapshot(directory: str, found: Found) -> None:
         if not entry["answered"]:
             rank, why = entry["rank"], printable(str(entry.get("error") or "no answer"))[:200]
             name = snapshot_dump_name(rank)
+            guess = ("its answer was another's: check its address" if entry.get("refused") is True else
+                     "its process may be gone or its host unreachable")
             found.unreadable.append((placed(os.path.join(directory, name), name, split_name(name, None)),
-                                     f"rank {rank} {UNANSWERED} ({why}); its process may be gone or its host unreachable"))
+                                     f"rank {rank} {UNANSWERED} ({why}); {guess}"))
 
 
 def finish(found: Found, prefix_given: bool = False) -> Discovery:
