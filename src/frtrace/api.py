@@ -40,7 +40,13 @@ def default_jobs() -> int:
 @contextmanager
 def discovered(trace_dir: str, prefix: str | None) -> Iterator[Discovery]:
     """The dump files of a folder or an archive, for as long as the block reads them (an archive's
-    members are copied out for it, and removed after)."""
+    members are copied out for it, and removed after), or under a URL (reading.remote)."""
+    from .reading.remote import find_remote_dumps, is_url, local_path
+
+    if is_url(trace_dir):
+        yield find_remote_dumps(trace_dir, prefix)
+        return
+    trace_dir = local_path(trace_dir)
     if not os.path.isdir(trace_dir):  # zipfile and tarfile imported for an archive only
         from .reading.archive import is_archive, unpacked
 
@@ -191,6 +197,12 @@ _OUTPUTS = {"-o": ("database", True), "--sqlite": ("SQLite database", True), "--
 
 def requested_output(flag: str, path: str) -> tuple[str, str, str, bool]:
     """(flag, path, what, binary), as plan_outputs takes it."""
+    from .reading.remote import is_url, local_path
+
+    if is_url(path):  # never a local file named "s3:" whose folder is "bucket"
+        raise UsageError(f"{flag} {printable(path)}: outputs are written to local files only; give a path here and copy "
+                         "it to the store with its own tool")
+    path = local_path(path)
     what, binary = _OUTPUTS[flag]
     return flag, path, what, binary or (flag == "--chrome-trace" and path.endswith(".gz"))
 

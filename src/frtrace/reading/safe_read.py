@@ -16,6 +16,7 @@ import stat
 from typing import Any
 
 from .discover import HEAD_BYTES, sniff
+from .remote import is_url, read_object
 from ..errors import DumpError, LimitError, display_path, printable
 from .limits import (MAX_DUMP_BYTES, MAX_ENTRIES, PARSE_CAP, MachineMemory, bounded_memory, memory_limit_text, open_file,
                      parse_is_capped)
@@ -58,6 +59,8 @@ def read_raw(path: str, shown: str | None = None) -> tuple[Any, str]:
     of bounded size, sniffed from its first bytes before the rest is read, and parsed under a
     memory ceiling (limits.bounded_memory). Errors name the file as `shown` where it is given (an
     archive member, read from the copy frtrace made of it)."""
+    if is_url(path):  # a dump in a store, read by fsspec (reading.remote)
+        return parse_raw(read_object(path), path)
     if shown is not None:
         try:
             return _read_raw(path, own=True)

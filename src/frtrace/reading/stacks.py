@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import display_path, printable
 from .limits import read_small
+from .remote import is_url, read_small_object
 
 MAX_STACK_BYTES = 4 << 20  # a few hundred threads' stacks are well under this
 MAX_LINES = 100_000
@@ -185,7 +186,7 @@ def read_stacks(path: str) -> tuple[list[Thread] | None, str | None]:
     """(threads, None) from a stack file, or (None, why it cannot serve): limits.read_small, up to
     MAX_STACK_BYTES."""
     try:
-        raw = read_small(path, MAX_STACK_BYTES)
+        raw = read_small_object(path, MAX_STACK_BYTES) if is_url(path) else read_small(path, MAX_STACK_BYTES)
     except OSError as exc:
         return None, f"cannot read it ({exc.strerror})"
     except ValueError as exc:

@@ -1,0 +1,202 @@
+"""Dumps read where they lie: an fsspec URL (s3://, gs://, az://, abfs://, http(s)://, or any
+protocol fsspec has registered) in place of a folder.
+
+fsspec and the protocol's own package do the talking, with their own credentials and endpoints
+(AWS_* variables and files, AWS_ENDPOINT_URL, FSSPEC_<PROTOCOL>_<KWARG>, application default
+credentials); frtrace adds only timeouts and a bounded count of retries, so an endpoint that does
+not answer is one line within `timeout` seconds of each request, never a hang.
+
+The main process lists the prefix once and reads each dump-named object's first bytes, all at once
+(what it reads of a local file, to sort dumps from other files); an object over the dump size cap
+is refused by the size the listing gives, before any of it is fetched. The workers read the dumps,
+each in bounded chunks (read_object), as they read local files. A key is only ever part of a URL:
+nothing is written under a name taken from the store.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from ..errors import DumpError, UsageError, printable
+from ..types import SkippedFile
+from .discover import MARKED_BYTES, Discovery, Found, finish, placed, split_name, stack_rank
+from .limits import MAX_DUMP_BYTES
+
+DEFAULT_TIMEOUT = 60.0  # seconds a request may take before it is given up (each, retries bounded)
+MAX_LISTED = 1 << 20  # objects under one prefix: as many members as an archive may hold
+MAX_DEPTH = 8  # folders below the prefix (host/job/attempt/...), as for a local folder
+_CHUNK = 1 << 20  # bytes a worker asks for at a time
+_RETRIES = 3  # attempts per request, the first included
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# the package each common protocol needs, where fsspec's own message names none
+_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
+             "abfss": "adlfs", "adl": "adlfs", "http": "aiohttp", "https": "aiohttp"}
+
+timeout = DEFAULT_TIMEOUT  # set by the main process before its workers start, which inherit it
+
+
+def is_url(text: str) -> bool:
+    """Whether `text` names a place through fsspec (PROTOCOL://...) rather than a local path;
+    file:// is a local path."""
+    return bool(_URL.match(text)) and not text.lower().startswith("file://")
+
+
+def local_path(text: str) -> str:
+    """A file:// URL as the local path it names; any other text as it is."""
+    return text[len("file://"):] if text.lower().startswith("file://") else text
+
+
+def _options(protocol: str, seconds: float) -> dict[str, Any]:
+    """Timeouts and bounded retries for the protocols whose libraries take them."""
+    if protocol in ("s3", "s3a"):
+        return {"config_kwargs": {"connect_timeout": seconds, "read_timeout": seconds,
+                                  "retries": {"max_attempts": _RETRIES, "mode": "standard"}}}
+    if protocol in ("http", "https"):
+        import aiohttp
+
+        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=seconds)}}
+    return {}
+
+
+def filesystem(url: str) -> tuple[Any, str]:
+    """(the fsspec filesystem, the path in it) of a URL; a UsageError naming what to install
+    where fsspec or the protocol's package is missing."""
+    protocol = url.split("://", 1)[0].lower()
+    try:
+        import fsspec
+        from fsspec.registry import known_implementations
+    except ImportError:
+        raise UsageError(f"{printable(url)}: reading dumps from a URL needs fsspec: pip install 'frtrace[remote]' "
+                         f"(and the package of {protocol}://)") from None
+    if protocol not in known_implementations and protocol not in fsspec.available_protocols():
+        raise UsageError(f"{printable(url)}: fsspec knows no protocol {printable(protocol)!r}; give a folder, an archive, or "
+                         "a URL such as s3://bucket/prefix")
+    try:
+        return fsspec.core.url_to_fs(url, **_options(protocol, timeout))
+    except ImportError:
+        package = _PACKAGES.get(protocol) or known_implementations.get(protocol, {}).get("err", "its package")
+        raise UsageError(f"{printable(url)}: reading {protocol}:// needs {package}, which is not installed: "
+                         f"pip install {package}") from None
+    except (ValueError, TypeError, OSError) as exc:
+        raise UsageError(f"{printable(url)}: {printable(_reason(exc))}; check the URL") from None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+
+
+def _url(fs: Any, path: str) -> str:
+    return fs.unstrip_protocol(path)
+
+
+def list_objects(fs: Any, root: str, url: str) -> list[tuple[str, str, int | None]]:
+    """(path in the store, key under `root`, size where the listing says it) of every object
+    below `root`, at most MAX_LISTED, hidden ones (a dot-name anywhere in the key) left out."""
+    try:
+        listed = fs.find(root, maxdepth=MAX_DEPTH + 1, detail=True)
+    except FileNotFoundError:
+        raise UsageError(f"{printable(url)}: nothing there; check the URL (the bucket and the prefix)") from None
+    except PermissionError as exc:
+        raise UsageError(f"{printable(url)}: the store refused to list it ({printable(_reason(exc))}); check the "
+                         "credentials (for S3: AWS_* variables or files, AWS_ENDPOINT_URL)") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises: unreachable, refused, timed out
+        raise UsageError(f"{printable(url)}: cannot list it ({printable(_reason(exc))}); check the URL, the endpoint "
+                         "and the credentials") from None
+    stem = root.rstrip("/")
+    objects = []
+    for path, info in sorted(listed.items()):
+        if info.get("type") not in (None, "file"):
+            continue
+        key = path[len(stem):].lstrip("/") if path.startswith(stem) else path
+        if not key or any(part.startswith(".") and part != ".." for part in key.split("/")):
+            continue  # hidden, as in a folder: editors' and uploaders' temporary objects
+        size = info.get("size")
+        objects.append((path, key, size if isinstance(size, int) and size >= 0 else None))
+    if not objects:
+        raise UsageError(f"{printable(url)}: no object there; check the URL (the bucket and the prefix) and the "
+                         "credentials")
+    return objects
+
+
+def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
+    """The Discovery of the dumps under a URL, by the rules of a local folder (split_name, the job's
+    files, hosts from folders or names); each DumpFile's path and source are its URL."""
+    fs, root = filesystem(url)
+    if prefix is not None:
+        prefix = os.path.basename(prefix)
+    objects = list_objects(fs, root, url)
+    found = Found()
+    if len(objects) > MAX_LISTED:
+        found.skipped.append(SkippedFile(printable(url), f"more than {MAX_LISTED} objects; the rest was not read"))
+        objects = objects[:MAX_LISTED]
+    heads: list[tuple[Any, str]] = []  # (DumpFile, its path in the store) to read the first bytes of
+    for path, key, size in objects:
+        found.identities.add(("url", _url(fs, path)))  # what tells two sets apart (compare), as a file's inode does
+        shown = printable(_url(fs, path))
+        if any(part in ("", "..") for part in key.split("/")):  # never a path, but never read as one either
+            found.ignored.append(SkippedFile(shown, "a key with an empty or '..' part: not read"))
+            continue
+        if (rank := stack_rank(key)) is not None:
+            found.stacks.append((rank, _url(fs, path)))
+            continue
+        parts = split_name(key.rsplit("/", 1)[-1], prefix)
+        if isinstance(parts, str):
+            found.ignored.append(SkippedFile(shown, parts))
+            continue
+        dump_file = placed(_url(fs, path), key, parts)
+        if size is not None and size > MAX_DUMP_BYTES:
+            found.unreadable.append((dump_file, f"{size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB a Flight "
+                                                "Recorder dump can hold; not read"))
+        elif size == 0:
+            found.empty.append(dump_file)
+        else:
+            heads.append((dump_file, path))
+    if heads:
+        try:
+            read = fs.cat_ranges([path for _, path in heads], 0, MARKED_BYTES, on_error="return")
+        except Exception as exc:  # noqa: BLE001 - the store went away between the listing and the reads
+            raise UsageError(f"{printable(url)}: cannot read its objects ({printable(_reason(exc))}); check the "
+                             "endpoint and the credentials") from None
+        for (dump_file, _), head in zip(heads, read):
+            if isinstance(head, BaseException):
+                found.unreadable.append((dump_file, f"cannot read it ({printable(_reason(head))})"))
+            elif not head:
+                found.empty.append(dump_file)
+            else:
+                found.sniffed(dump_file, bytes(head[:MARKED_BYTES]))
+    return finish(found, prefix is not None)
+
+
+def read_small_object(url: str, cap: int) -> bytes:
+    """An object of at most `cap` bytes (a stack file), read whole; OSError where it cannot be
+    read, ValueError where it is larger (as limits.read_small)."""
+    fs, path = filesystem(url)
+    try:
+        with fs.open(path, "rb", block_size=_CHUNK) as handle:
+            data = handle.read(cap + 1)
+    except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises costs this file
+        raise OSError(0, _reason(exc)) from None
+    if len(data) > cap:
+        raise ValueError(f"over {cap >> 20} MiB; not read")
+    return data
+
+
+def read_object(url: str) -> bytes:
+    """A dump's bytes, read by a worker a chunk at a time and never past the dump size cap; a
+    DumpError naming the URL where it cannot be read."""
+    fs, path = filesystem(url)
+    data = bytearray()
+    try:
+        with fs.open(path, "rb", block_size=_CHUNK) as handle:
+            while chunk := handle.read(_CHUNK):
+                data += chunk
+                if len(data) > MAX_DUMP_BYTES:
+                    raise DumpError(url, f"more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder dump can hold; not read")
+    except DumpError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises costs this file
+        raise DumpError(url, f"cannot read it ({_reason(exc)})") from None
+    return bytes(data)

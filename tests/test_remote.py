@@ -1,0 +1,172 @@
+"""Dumps read where they lie (reading/remote.py): real fixtures put in a real S3 protocol server
+(moto's server mode, on loopback) and served by a real HTTP server give the verdict, culprits and
+headline of the same files read from the folder; the store's faults are one line each."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remote_servers import http_server, s3_env, s3_server  # noqa: F401 - pytest fixtures
+
+pytest.importorskip("s3fs", reason="reading S3 needs s3fs (the test extra installs it)")
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SETS = ["skip_goes_on", "stacks_data_stall_rank2", "synthetic_tp4_dp4_rank5", "recorder_off_skip_rank0"]
+
+
+def frtrace(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "frtrace", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env or dict(os.environ), cwd=ROOT)
+
+
+def report(*args: str, env: dict | None = None, tmp: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    out = tmp / f"report{len(list(tmp.glob('report*')))}.json"
+    done = frtrace(*args, "--json", str(out), env=env)
+    return done, json.loads(out.read_text()) if out.exists() else {}
+
+
+def same(local: dict, remote: dict) -> None:
+    for key in ("verdict", "culprit_ranks", "headline", "cause", "findings"):
+        assert remote[key] == local[key], key
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server):  # noqa: F811
+    for name in SETS:
+        s3_server.upload(FIXTURES / name, "dumps", f"jobs/{name}")
+    s3_server.upload(FIXTURES / "pairs" / "twice_hang_rank2", "dumps", "pairs/twice")
+    return s3_server
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_a_set_in_s3_reads_as_the_same_set_in_a_folder(name, bucket, tmp_path):
+    done, remote = report("-d", f"s3://dumps/jobs/{name}", env=bucket.child_env(), tmp=tmp_path)
+    _, local = report("-d", str(FIXTURES / name), tmp=tmp_path)
+    assert done.returncode == (0 if local["verdict"] == "clean" else 1), done.stderr
+    same(local, remote)
+    assert done.stdout.splitlines()[0] == local["headline"]
+    expected = json.loads((FIXTURES / name / "expected.json").read_text())
+    assert remote["culprit_ranks"] == expected["culprit_ranks"]
+
+
+def test_stacks_beside_the_dumps_are_read_from_the_store(bucket, tmp_path):
+    _, remote = report("-d", "s3://dumps/jobs/stacks_data_stall_rank2", env=bucket.child_env(), tmp=tmp_path)
+    assert remote["causes"]["2"]["said"].startswith("in no collective: loading data (torch's DataLoader)"), remote["causes"]
+    assert any(e.startswith("stacks: rank 2's Python stack shows it in the data loader") for e in remote["evidence"])
+
+
+def test_compare_reads_both_sets_from_the_store(bucket, tmp_path):
+    env = bucket.child_env()
+    done = frtrace("compare", "s3://dumps/pairs/twice/a", "s3://dumps/pairs/twice/b", env=env)
+    local = frtrace("compare", str(FIXTURES / "pairs/twice_hang_rank2/a"), str(FIXTURES / "pairs/twice_hang_rank2/b"))
+    assert done.returncode == local.returncode == 1, done.stderr
+    assert done.stdout.splitlines()[:2] == local.stdout.splitlines()[:2]
+
+
+def test_the_python_api_reads_a_url(s3_env, bucket):  # noqa: F811
+    import frtrace
+
+    result = frtrace.analyze_dumps("s3://dumps/jobs/skip_goes_on", jobs=2)
+    assert (result.verdict, result.culprit_ranks) == ("desync", (1,))
+
+
+def test_a_set_served_over_http_reads_as_the_folder(http_server, tmp_path):  # noqa: F811
+    shutil.copytree(FIXTURES / "skip_goes_on", http_server.root / "skip")
+    done, remote = report("-d", http_server.url_of("skip/"), tmp=tmp_path)
+    _, local = report("-d", str(FIXTURES / "skip_goes_on"), tmp=tmp_path)
+    assert done.returncode == 1, done.stderr
+    same(local, remote)
+
+
+def test_stray_objects_and_hostile_keys_are_passed_over_with_a_reason(bucket, tmp_path):
+    import boto3
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = boto3.client("s3", endpoint_url=bucket.endpoint, region_name="us-east-1",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")
+    bucket.make_bucket("stray")
+    bucket.upload(FIXTURES / "skip_goes_on", "stray", "job")
+    with ThreadPoolExecutor(16) as pool:  # 20,000 objects that are no dumps: checkpoints, logs
+        list(pool.map(lambda i: client.put_object(Bucket="stray", Key=f"job/ckpt/shard-{i}.pt.part", Body=b"x"),
+                      range(20_000)))
+    for key in ("job/../../etc/trace_host-node00_9", "job//trace_host-node00_8", "job/.hidden/trace_host-node00_7"):
+        client.put_object(Bucket="stray", Key=key, Body=(FIXTURES / "skip_goes_on" / "trace_host-node00_1").read_bytes())
+    started = time.monotonic()
+    done, remote = report("-d", "s3://stray/job", env=bucket.child_env(), tmp=tmp_path)
+    took = time.monotonic() - started
+    _, local = report("-d", str(FIXTURES / "skip_goes_on"), tmp=tmp_path)
+    same(local, remote)
+    assert remote["ranks_loaded"] == [0, 1, 2, 3], remote["ranks_loaded"]
+    assert not any(Path(p).exists() for p in ("/etc/trace_host-node00_9", ROOT / "trace_host-node00_9"))
+    assert took < 120, took
+
+
+def test_an_unreachable_endpoint_is_one_line_and_exit_2(tmp_path):
+    env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    started = time.monotonic()
+    done = frtrace("-d", "s3://dumps/jobs/skip_goes_on", env=env)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("frtrace: s3://dumps/jobs/skip_goes_on: cannot list it ("), lines
+    assert time.monotonic() - started < 90
+
+
+def test_a_missing_protocol_package_is_named(tmp_path):
+    pytest.importorskip("fsspec")
+    try:
+        import gcsfs  # noqa: F401
+        pytest.skip("gcsfs is installed here")
+    except ImportError:
+        pass
+    done = frtrace("-d", "gs://bucket/dumps")
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("frtrace: gs://bucket/dumps: reading gs:// needs gcsfs, which is not installed: "
+                                   "pip install gcsfs")
+
+
+def test_a_prefix_with_no_object_says_so(bucket):
+    done = frtrace("-d", "s3://dumps/jobs/no_such_job", env=bucket.child_env())
+    assert done.returncode == 2
+    assert "s3://dumps/jobs/no_such_job: no object there" in done.stderr
+
+
+def test_an_object_over_the_cap_is_refused_by_its_listed_size_before_any_byte_is_fetched(s3_env, bucket, monkeypatch):  # noqa: F811
+    import s3fs
+
+    from frtrace.reading import remote
+
+    fetched = []
+    real = s3fs.S3FileSystem.cat_ranges
+
+    def counting(self, paths, *args, **kwargs):
+        fetched.extend(paths)
+        return real(self, paths, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "cat_ranges", counting)
+    dump = FIXTURES / "skip_goes_on" / "trace_host-node01_2"  # the pickle (8 kB); the other ranks' JSON (6 kB)
+    size = dump.stat().st_size
+    monkeypatch.setattr(remote, "MAX_DUMP_BYTES", size - 1)
+    for one in [dump, *(FIXTURES / "skip_goes_on").glob("trace_*[013].json")]:  # no JSON twin to stand in for it
+        bucket.put(f"dumps/pickles/{one.name}", one.read_bytes())
+    found = remote.find_remote_dumps("s3://dumps/pickles")
+    said = {f.path.rsplit("/", 1)[-1]: why for f, why in found.unread}
+    said |= {s.path.rsplit("/", 1)[-1]: s.reason for s in (*found.skipped, *found.ignored)}
+    assert "more than the" in said.get(dump.name, ""), found
+    assert not any(p.endswith(dump.name) for p in fetched) and dump.name not in [f.path.rsplit("/", 1)[-1] for f in found.files]
+    assert fetched, "the other ranks' first bytes are read"
+
+
+def test_an_output_url_is_refused_before_anything_is_read(tmp_path):
+    done = frtrace("-d", str(FIXTURES / "skip_goes_on"), "-o", "s3://bucket/db.pkl")
+    assert done.returncode == 2 and "outputs are written to local files only" in done.stderr
+    assert not (ROOT / "s3:").exists()
