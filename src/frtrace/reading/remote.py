@@ -28,7 +28,9 @@ DEFAULT_TIMEOUT = 60.0  # seconds a request may take before it is given up (each
 MAX_LISTED = 1 << 20  # objects under one prefix: as many members as an archive may hold
 MAX_DEPTH = 8  # folders below the prefix (host/job/attempt/...), as for a local folder
 _CHUNK = 1 << 20  # bytes a worker asks for at a time
-_RETRIES = 3  # attempts per request, the first included
+_RETRIES = 2  # attempts per request, the first included (botocore's; s3fs's own retries left at one)
+_HEADS_AT_ONCE = 1024  # objects whose first bytes are asked for in one batch
+_HTTP_READERS = 16  # HTTP first bytes are streamed, this many at a time: a server may ignore Range
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # the package each common protocol needs, where fsspec's own message names none
 _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
@@ -74,13 +76,16 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise UsageError(f"{printable(url)}: fsspec knows no protocol {printable(protocol)!r}; give a folder, an archive, or "
                          "a URL such as s3://bucket/prefix")
     try:
-        return fsspec.core.url_to_fs(url, **_options(protocol, timeout))
+        fs, path = fsspec.core.url_to_fs(url, **_options(protocol, timeout))
     except ImportError:
         package = _PACKAGES.get(protocol) or known_implementations.get(protocol, {}).get("err", "its package")
         raise UsageError(f"{printable(url)}: reading {protocol}:// needs {package}, which is not installed: "
                          f"pip install {package}") from None
     except (ValueError, TypeError, OSError) as exc:
         raise UsageError(f"{printable(url)}: {printable(_reason(exc))}; check the URL") from None
+    if protocol in ("s3", "s3a"):
+        fs.retries = 1  # s3fs retries timeouts 5 times on top of botocore's attempts: a hung store would take 10
+    return fs, path
 
 
 def _reason(exc: BaseException) -> str:
@@ -156,7 +161,7 @@ def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
             heads.append((dump_file, path))
     if heads:
         try:
-            read = fs.cat_ranges([path for _, path in heads], 0, MARKED_BYTES, on_error="return")
+            read = _first_bytes(fs, [path for _, path in heads])
         except Exception as exc:  # noqa: BLE001 - the store went away between the listing and the reads
             raise UsageError(f"{printable(url)}: cannot read its objects ({printable(_reason(exc))}); check the "
                              "endpoint and the credentials") from None
@@ -170,12 +175,44 @@ def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
     return finish(found, prefix is not None)
 
 
+def _is_http(fs: Any) -> bool:
+    return "http" in fs.protocol or "https" in fs.protocol
+
+
+def _open(fs: Any, path: str):
+    """An object opened for reading in chunks: over HTTP streamed from its start (a server may
+    ignore Range), elsewhere by ranged reads of _CHUNK bytes."""
+    return fs.open(path, "rb", block_size=0 if _is_http(fs) else _CHUNK)
+
+
+def _first_bytes(fs: Any, paths: list[str]) -> list[bytes | BaseException]:
+    """The first MARKED_BYTES of each object (an exception where it failed): ranged reads in
+    batches, concurrently where the store does them so; streamed over HTTP, where a server may
+    ignore the range and send the whole file."""
+    if _is_http(fs):
+        from concurrent.futures import ThreadPoolExecutor
+
+        def head(path: str) -> bytes | BaseException:
+            try:
+                with _open(fs, path) as handle:
+                    return handle.read(MARKED_BYTES)
+            except Exception as exc:  # noqa: BLE001 - costs this file
+                return exc
+
+        with ThreadPoolExecutor(_HTTP_READERS) as pool:
+            return list(pool.map(head, paths))
+    read: list[bytes | BaseException] = []
+    for start in range(0, len(paths), _HEADS_AT_ONCE):
+        read += fs.cat_ranges(paths[start:start + _HEADS_AT_ONCE], 0, MARKED_BYTES, on_error="return")
+    return read
+
+
 def read_small_object(url: str, cap: int) -> bytes:
     """An object of at most `cap` bytes (a stack file), read whole; OSError where it cannot be
     read, ValueError where it is larger (as limits.read_small)."""
     fs, path = filesystem(url)
     try:
-        with fs.open(path, "rb", block_size=_CHUNK) as handle:
+        with _open(fs, path) as handle:
             data = handle.read(cap + 1)
     except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises costs this file
         raise OSError(0, _reason(exc)) from None
@@ -190,7 +227,7 @@ def read_object(url: str) -> bytes:
     fs, path = filesystem(url)
     data = bytearray()
     try:
-        with fs.open(path, "rb", block_size=_CHUNK) as handle:
+        with _open(fs, path) as handle:
             while chunk := handle.read(_CHUNK):
                 data += chunk
                 if len(data) > MAX_DUMP_BYTES:
