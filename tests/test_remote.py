@@ -166,7 +166,66 @@ def test_an_object_over_the_cap_is_refused_by_its_listed_size_before_any_byte_is
     assert fetched, "the other ranks' first bytes are read"
 
 
-def test_an_output_url_is_refused_before_anything_is_read(tmp_path):
-    done = frtrace("-d", str(FIXTURES / "skip_goes_on"), "-o", "s3://bucket/db.pkl")
-    assert done.returncode == 2 and "outputs are written to local files only" in done.stderr
-    assert not (ROOT / "s3:").exists()
+def test_an_archive_in_the_store_is_read_member_by_member(bucket, tmp_path):
+    import tarfile
+    import zipfile
+
+    with tarfile.open(tmp_path / "set.tar.gz", "w:gz") as archive:
+        archive.add(FIXTURES / "skip_rank2", arcname="skip_rank2")
+    with zipfile.ZipFile(tmp_path / "set.zip", "w") as archive:
+        for dump in (FIXTURES / "skip_rank2").iterdir():
+            archive.write(dump, f"node/{dump.name}")
+    _, local = report("-d", str(FIXTURES / "skip_rank2"), tmp=tmp_path)
+    for name in ("set.tar.gz", "set.zip"):
+        bucket.put(f"dumps/archives/{name}", (tmp_path / name).read_bytes())
+        done, remote = report("-d", f"s3://dumps/archives/{name}", env=bucket.child_env(), tmp=tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert (remote["verdict"], remote["culprit_ranks"], remote["headline"]) == \
+               (local["verdict"], local["culprit_ranks"], local["headline"])
+
+
+def test_outputs_written_to_the_store_are_whole_and_the_ones_written_here(bucket, tmp_path):
+    import pickle
+
+    env = bucket.child_env()
+    done = frtrace("-d", "s3://dumps/jobs/skip_goes_on", "-o", "s3://dumps/out/db.pkl", "--json", "s3://dumps/out/r.json",
+                   "--markdown", str(tmp_path / "r.md"), env=env)
+    assert done.returncode == 1, done.stderr
+    assert "frtrace: wrote s3://dumps/out/db.pkl (" in done.stderr and (tmp_path / "r.md").exists()
+    _, local = report("-d", str(FIXTURES / "skip_goes_on"), tmp=tmp_path)
+    written = json.loads(bucket.client.get_object(Bucket="dumps", Key="out/r.json")["Body"].read())
+    assert written["headline"] == local["headline"] and written["culprit_ranks"] == [1]
+    types, db = pickle.loads(bucket.client.get_object(Bucket="dumps", Key="out/db.pkl")["Body"].read())
+    assert {r for f in db.findings if f.root_cause for r in f.ranks} == {1}
+
+
+@pytest.mark.parametrize("output, said", [
+    ("s3://dumps/jobs/skip_goes_on/trace_host-node00_0", "frtrace never writes over its input"),
+    ("http://127.0.0.1:9/report.json", "frtrace cannot write over HTTP"),
+])
+def test_an_output_url_that_cannot_be_right_is_refused_before_anything_is_read(bucket, output, said):
+    before = bucket.client.get_object(Bucket="dumps", Key="jobs/skip_goes_on/trace_host-node00_0")["Body"].read()
+    done = frtrace("-d", "s3://dumps/jobs/skip_goes_on", "--json", output, env=bucket.child_env())
+    assert done.returncode == 2 and said in done.stderr and done.stdout == "", done.stderr
+    assert bucket.client.get_object(Bucket="dumps", Key="jobs/skip_goes_on/trace_host-node00_0")["Body"].read() == before
+    assert not (ROOT / "s3:").exists() and not (ROOT / "http:").exists()
+
+
+def test_an_output_whose_upload_fails_midway_leaves_no_object(s3_env, bucket, monkeypatch, capsys):  # noqa: F811
+    import shutil as shutil_module
+
+    from frtrace.cli import main
+
+    real = shutil_module.copyfileobj
+
+    def fails_after_a_part(source, target, length=0):
+        target.write(source.read(1000))
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr("frtrace.outputs.commit.shutil.copyfileobj", fails_after_a_part)
+    code = main(["-d", str(FIXTURES / "skip_goes_on"), "--json", "s3://dumps/half/r.json", "--jobs", "1"])
+    monkeypatch.setattr("frtrace.outputs.commit.shutil.copyfileobj", real)
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot write the JSON report" in err and "no output file was written or changed" in err, err
+    listed = bucket.client.list_objects_v2(Bucket="dumps", Prefix="half/").get("Contents", [])
+    assert listed == []

@@ -44,7 +44,13 @@ def discovered(trace_dir: str, prefix: str | None) -> Iterator[Discovery]:
     from .reading.remote import find_remote_dumps, is_url, local_path
 
     if is_url(trace_dir):
-        yield find_remote_dumps(trace_dir, prefix)
+        from .reading.archive import is_archive, unpacked
+
+        if is_archive(trace_dir):  # an archive in a store: read member by member, as a local one
+            with unpacked(trace_dir, prefix) as discovery:
+                yield discovery
+        else:
+            yield find_remote_dumps(trace_dir, prefix)
         return
     trace_dir = local_path(trace_dir)
     if not os.path.isdir(trace_dir):  # zipfile and tarfile imported for an archive only
@@ -197,12 +203,9 @@ _OUTPUTS = {"-o": ("database", True), "--sqlite": ("SQLite database", True), "--
 
 def requested_output(flag: str, path: str) -> tuple[str, str, str, bool]:
     """(flag, path, what, binary), as plan_outputs takes it."""
-    from .reading.remote import is_url, local_path
+    from .reading.remote import local_path
 
-    if is_url(path):  # never a local file named "s3:" whose folder is "bucket"
-        raise UsageError(f"{flag} {printable(path)}: outputs are written to local files only; give a path here and copy "
-                         "it to the store with its own tool")
-    path = local_path(path)
+    path = local_path(path)  # file://; any other URL is an object in a store (plan_outputs)
     what, binary = _OUTPUTS[flag]
     return flag, path, what, binary or (flag == "--chrome-trace" and path.endswith(".gz"))
 

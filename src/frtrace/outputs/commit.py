@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..reading.discover import split_name
+from ..reading.remote import filesystem, is_url
 from ..errors import OutputError, UsageError, display_path
 
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -37,10 +38,11 @@ class PlannedOutput:
     target: str  # the file to create or replace (links resolved); "" for a stream
     mode: int | None  # the replaced file's permission bits, None for a new file or a stream
     owner: tuple[int, int] | None  # the replaced file's (uid, gid)
+    url: str = ""  # an object in a store (reading.remote), written whole on commit
 
     @property
     def stream(self) -> bool:
-        return not self.target
+        return not self.target and not self.url
 
 
 def resolved(path: str) -> str:
@@ -67,6 +69,8 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str,
         shown = display_path(path)
         if path == "-":
             plan, identity = PlannedOutput(flag, path, what, binary, "", None, None), "<stdout>"
+        elif is_url(path):
+            plan, identity = _planned_url(flag, path, what, binary, dump_dir, inputs)
         else:
             try:
                 info = os.stat(path)  # follows links: /dev/stdout is a link to a pipe or a terminal
@@ -134,6 +138,22 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def _planned_url(flag: str, url: str, what: str, binary: bool, dump_dir: str,
+                 inputs: frozenset) -> tuple[PlannedOutput, object]:
+    """An output in a store: never an object read as input, never a dump-named one under the dump
+    URL, never over HTTP (nothing there takes a whole write)."""
+    fs, path = filesystem(url)
+    full = fs.unstrip_protocol(path)
+    if "http" in fs.protocol or "https" in fs.protocol:
+        raise OutputError(f"{display_path(url)}: frtrace cannot write over HTTP; give a local path or a store URL "
+                          f"(s3://, gs://, ...) for the {what}")
+    under = dump_dir.rstrip("/") + "/"
+    if ("url", full) in inputs or (full.startswith(under) and not isinstance(split_name(full.rsplit("/", 1)[-1], None), str)):
+        raise UsageError(f"{flag} {display_path(url)}: that is an object of the dump set {display_path(dump_dir)}; "
+                         f"frtrace never writes over its input, choose another URL for the {what}")
+    return PlannedOutput(flag, url, what, binary, "", None, None, url=full), ("url", full)
 
 
 class Outputs:
@@ -246,9 +266,12 @@ class Outputs:
         lands before or after."""
         held = _hold_signals()
         try:
-            for plan, fd in sorted(self.staged, key=lambda staged: not staged[0].stream):
+            for plan, fd in sorted(self.staged, key=lambda staged: (not staged[0].stream, not staged[0].url)):
                 try:
-                    if plan.stream:
+                    if plan.url:
+                        _put(fd, plan)
+                        self.written.append((plan, os.fstat(fd).st_size))
+                    elif plan.stream:
                         try:
                             _copy_to_stream(fd, plan)
                         except BrokenPipeError:
@@ -365,6 +388,32 @@ def _copy_between(source: int, target: int) -> None:
     while chunk := os.pread(source, 1 << 20, offset):
         os.write(target, chunk)  # a regular file takes the whole chunk
         offset += len(chunk)
+
+
+def _put(staged: int, plan: PlannedOutput) -> None:
+    """The staged file's bytes written to its object in the store, whole or not at all: the
+    store's write is committed once every byte is in (an S3 object appears only then) and
+    discarded on any failure. OSError where it cannot be written."""
+    fs, path = filesystem(plan.url)
+    try:
+        handle = fs.open(path, "wb", autocommit=False)
+    except Exception as exc:  # noqa: BLE001 - whatever the store's library raises
+        raise OSError(0, f"the store refused it: {type(exc).__name__}: {str(exc)[:200]}") from None
+    try:
+        with open(os.dup(staged), "rb") as source:
+            source.seek(0)
+            shutil.copyfileobj(source, handle, 1 << 20)
+        handle.close()
+        handle.commit()
+    except BaseException as exc:
+        try:
+            handle.discard()
+        except Exception:  # noqa: BLE001 - the failure said is the write's
+            pass
+        handle.closed = True  # thrown away: closing it later (its __del__) would write what was kept
+        if isinstance(exc, Exception):
+            raise OSError(0, f"the store refused it: {type(exc).__name__}: {str(exc)[:200]}") from None
+        raise
 
 
 def _unlink_quietly(path: str) -> None:

@@ -27,6 +27,7 @@ from typing import IO
 from .discover import MARKED_BYTES, Discovery, Found, archive_kind, finish, placed, sniff, split_name
 from ..errors import UsageError, display_path
 from .limits import MAX_DUMP_BYTES, open_file
+from .remote import is_url, open_object
 from .safe_read import short_reason
 from ..types import SkippedFile
 
@@ -43,7 +44,10 @@ _DAMAGED = (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, zlib.error,
 
 def is_archive(path: str) -> bool:
     """Whether `path` is a regular file to read as an archive: its first bytes are a zip's, a
-    tar's or a compressed stream's, or (a damaged one) its name says so."""
+    tar's or a compressed stream's, or (a damaged one) its name says so. A URL is one where its
+    name says so (reading it whole to look would cost the download)."""
+    if is_url(path):
+        return path.lower().endswith(_SUFFIXES)
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return False
@@ -77,11 +81,14 @@ def read_archive(path: str, prefix: str | None, spool: str) -> Discovery:
     if prefix is not None:
         prefix = os.path.basename(prefix)
     found = Found()
-    try:
-        info = os.stat(path)
-        found.identities.add((info.st_dev, info.st_ino))  # the archive itself is never an output
-    except OSError:
-        pass
+    if is_url(path):
+        found.identities.add(("url", path))  # the archive itself is never an output
+    else:
+        try:
+            info = os.stat(path)
+            found.identities.add((info.st_dev, info.st_ino))  # the archive itself is never an output
+        except OSError:
+            pass
     read: list[tuple[str, tuple, str | bytes]] = []  # (name, name parts, its first bytes or why it was not read)
     not_files: list[tuple[str, tuple, str]] = []  # links, devices, FIFOs named like dumps: (name, name parts, what)
     copies: dict[int, str] = {}  # index in `read` -> the member's copy
@@ -164,7 +171,7 @@ def _members(path: str) -> Iterator[tuple[str, int, str, object]]:
     """(name, size, kind, opener) of every member: kind "file", "dir", "a link", "a device"...; a
     damaged archive ends with ("", 0, why, None)."""
     try:  # opened once, and read from that descriptor: the file checked is the file read
-        handle = os.fdopen(open_file(path), "rb")
+        handle = open_object(path) if is_url(path) else os.fdopen(open_file(path), "rb")
         head = handle.read(512)
         handle.seek(0)
     except OSError as exc:

@@ -207,6 +207,16 @@ def _first_bytes(fs: Any, paths: list[str]) -> list[bytes | BaseException]:
     return read
 
 
+def open_object(url: str):
+    """An object opened for reading as a file (an archive, read member by member by ranged
+    reads); OSError where it cannot be opened."""
+    fs, path = filesystem(url)
+    try:
+        return fs.open(path, "rb", block_size=_CHUNK)
+    except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises
+        raise OSError(0, _reason(exc)) from None
+
+
 def read_small_object(url: str, cap: int) -> bytes:
     """An object of at most `cap` bytes (a stack file), read whole; OSError where it cannot be
     read, ValueError where it is larger (as limits.read_small)."""
