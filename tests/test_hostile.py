@@ -706,3 +706,20 @@ def test_an_archive_with_no_writable_temporary_folder_is_one_line_exit_2(tmp_pat
     assert main(["-d", str(tmp_path / "set.tar.gz")]) == 2  # was 3, an internal error
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "cannot unpack the archive: no writable temporary folder" in line and "TMPDIR" in line
+
+
+def _out_of_memory(job):
+    raise MemoryError
+
+
+def test_a_worker_out_of_memory_is_said_as_the_machines_limit_from_its_exit_status():
+    """Where reading a file runs out of memory, the worker ends at once with its own status (building
+    a message needs the memory there is none of: glibc spun in mmap for minutes, and the run hung),
+    and the main process says it is the machine's limit, with or without a ulimit, never the file's."""
+    from frtrace.errors import LimitError
+    from frtrace.reading.workers import in_workers
+
+    (result,) = list(in_workers(_out_of_memory, [("/job/nccl_trace_rank_3", 3)], 1))
+    assert isinstance(result, LimitError), result
+    assert str(result).startswith("/job/nccl_trace_rank_3: reading it ran out of memory under ")
+    assert "not the file's fault" in str(result) and "damaged" not in str(result)

@@ -7,6 +7,7 @@ parser (a C-level recursion) or exhausts its memory ends a worker, and costs tha
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import sys
 from collections import deque
@@ -16,6 +17,7 @@ from ..errors import DumpError, LimitError, display_path
 from .limits import memory_limit_text, memory_limited
 
 _IN_FLIGHT = 2  # files given to a worker ahead of its answers: it never waits for the next one
+OUT_OF_MEMORY = 75  # a worker's exit status where reading a file ran out of memory
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 _KEPT_HEAP = 64 << 20  # free memory at the top of a worker's heap kept, not given back, up to this
 _HEAP_BLOCKS = 32 << 20  # blocks up to this size come from the heap (the most glibc documents on 64-bit systems)
@@ -54,9 +56,9 @@ def _worker(load: Callable, connection) -> None:
             try:
                 connection.send(load(job))
             except MemoryError:  # reading or sending it: the worker's memory, not the file's fault
-                connection.send(LimitError(f"{display_path(job[0])}: reading it ran out of memory under "
-                                           f"{memory_limit_text()}: the machine's limit, not the file's fault; raise "
-                                           "the limit or pass fewer --jobs, and run again"))
+                # said by the main process from the exit status: building a message here needs the
+                # memory there is none of, and glibc was seen spinning in mmap for minutes doing so
+                os._exit(OUT_OF_MEMORY)
     except (BrokenPipeError, EOFError, OSError):  # the main process stopped listening
         pass
     finally:
@@ -92,6 +94,7 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
     context = _context()
     processes: list = []
     given: dict = {}  # pipe -> indices of the jobs it holds, in order
+    owner: dict = {}  # pipe -> its worker process
 
     def start_worker():
         # Ctrl-C blocked while forking: no child can catch one before it ignores it itself, and one
@@ -107,6 +110,7 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         processes.append(process)
         given[mine] = deque()
+        owner[mine] = process
         return mine
 
     queue = deque(range(len(jobs)))  # jobs not given to any worker yet
@@ -121,7 +125,13 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
                 return
             given[pipe].append(index)
 
-    def lost(index: int) -> DumpError | LimitError:
+    def lost(index: int, process=None) -> DumpError | LimitError:
+        if process is not None:
+            process.join(timeout=5)  # its pipe closed as it ended: its status is there at once
+            if process.exitcode == OUT_OF_MEMORY:
+                return LimitError(f"{display_path(jobs[index][0])}: reading it ran out of memory under "
+                                  f"{memory_limit_text()}: the machine's limit, not the file's fault; raise the limit "
+                                  "or pass fewer --jobs, and run again")
         if memory_limited():  # under the process's own limit, the machine's doing is as likely: never blamed on the file
             return LimitError(f"{display_path(jobs[index][0])}: the process reading it crashed or ran out of memory "
                               f"under {memory_limit_text()}; raise the limit and run again (if it still fails, the "
@@ -166,7 +176,7 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
                         held = given.pop(pipe)
                         pipe.close()
                         crashed = held.popleft()  # it answers in order: the first unanswered is the one it was reading
-                        done[crashed] = lost(crashed)
+                        done[crashed] = lost(crashed, owner.pop(pipe))
                         queue.extendleft(reversed(held))  # never read: for the next worker
                         if queue:
                             try:
