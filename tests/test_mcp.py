@@ -131,3 +131,33 @@ def test_a_live_snapshot_with_interval_0_is_one_snapshot_as_the_command_document
                                                                "interval": 0})])
     live = _json(results[0])  # was: refused, "0.1 to 60"
     assert live["culprit_ranks"] == [2] and sorted(p.name for p in (tmp_path / "snap").iterdir()) != ["a", "b"]
+
+
+def test_a_store_s_url_may_be_a_root_and_only_what_lies_under_it_is_read(tmp_path):
+    pytest.importorskip("s3fs", reason="reading S3 needs s3fs (the test extra installs it)")
+    import os
+
+    import remote_servers
+
+    server = remote_servers.start_s3_server()
+    try:
+        server.upload(FIXTURES / "skip_goes_on", "dumps", "team/set")
+        server.upload(FIXTURES / "skip_rank2", "dumps", "other/set")
+        local = tmp_path / "set"
+        shutil.copytree(FIXTURES / "skip_rank2", local)
+
+        async def run():
+            argv = ["-m", "frtrace", "mcp", "--root", "s3://dumps/team"]
+            parameters = StdioServerParameters(command=sys.executable, args=argv, env={**os.environ, **server.env})
+            async with stdio_client(parameters) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    return [await session.call_tool("analyze_dumps", {"path": path}) for path in
+                            ("s3://dumps/team/set", "s3://dumps/other/set", "s3://dumps/team/../other/set", str(local))]
+        inside, other, climbing, here = anyio.run(run)
+    finally:
+        server.stop()
+    report = _json(inside)
+    assert (report["verdict"], report["culprit_ranks"]) == ("desync", [1])
+    for refused in (other, climbing, here):
+        assert refused.is_error and "outside the" in refused.content[0].text, refused.content

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_servers import http_server, s3_env, s3_server  # noqa: F401 - pytest fixtures
+from remote_servers import http_server, s3_env, s3_server, s3_server_checking_keys  # noqa: F401 - pytest fixtures
 
 pytest.importorskip("s3fs", reason="reading S3 needs s3fs (the test extra installs it)")
 
@@ -229,3 +229,14 @@ def test_an_output_whose_upload_fails_midway_leaves_no_object(s3_env, bucket, mo
     assert code == 2 and "cannot write the JSON report" in err and "no output file was written or changed" in err, err
     listed = bucket.client.list_objects_v2(Bucket="dumps", Prefix="half/").get("Contents", [])
     assert listed == []
+
+
+def test_refused_credentials_are_one_line_naming_the_url(s3_server_checking_keys, tmp_path):  # noqa: F811
+    server = s3_server_checking_keys
+    server.upload(FIXTURES / "skip_goes_on", "keyed", "job")
+    right = frtrace("-d", "s3://keyed/job", env=server.child_env())
+    assert right.returncode == 1 and right.stdout.startswith("DESYNC: rank 1 never joined"), right.stderr
+    wrong = frtrace("-d", "s3://keyed/job", env=server.child_env(AWS_SECRET_ACCESS_KEY="not-the-secret"))
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    (line,) = wrong.stderr.strip().splitlines()
+    assert line.startswith("frtrace: s3://keyed/job: the store refused to list it (") and "check the credentials" in line, line

@@ -15,7 +15,9 @@ Every path must lie under one of the roots given when the server starts (links r
 is then checked as the command line checks it: a dump set is read, never written to, and a
 snapshot folder is never one the server did not make. Every file read under it is opened
 through no link, and the file opened, not its path, must lie under a root (reading.limits.confine):
-a link inside a dump folder, or one swapped in after the check, is refused. Arguments are bounded
+a link inside a dump folder, or one swapped in after the check, is refused. A root may be a
+store's URL: paths under it (no '..' part) are read through fsspec, nothing is written there, and
+a server with no local root opens no local file. Arguments are bounded
 (4,096 characters, 4,096 items) before any work. A failure is the tool's error, in the one line
 the command would print.
 """
@@ -33,6 +35,7 @@ from typing import Any
 
 from .errors import FrtraceError, UsageError, display_path, printable
 from .reading.limits import confine, under
+from .reading.remote import is_url
 
 MAX_WINDOW = 500  # entries either side of a seq id rank_entries returns at most
 MAX_INTERVAL_S = 60  # between live_snapshot's two snapshots
@@ -41,10 +44,12 @@ MAX_LIST_ARGUMENT = 4096  # items in one list argument (workers' addresses)
 
 
 class Roots:
-    """The folders the server may read from and write under, links resolved."""
+    """The folders the server may read from and write under, links resolved, and the URLs of
+    stores it may read from (reading.remote), never written under."""
 
     def __init__(self, roots: Sequence[str]) -> None:
-        self.roots = tuple(os.path.realpath(root) for root in roots)
+        self.roots = tuple(os.path.realpath(root) for root in roots if not is_url(root))
+        self.urls = tuple(_plain_url(root) for root in roots if is_url(root))
 
     def check(self, path: str, what: str) -> str:
         """`path` where it resolves under a root; a UsageError naming the roots where not. What is
@@ -53,11 +58,23 @@ class Roots:
             raise UsageError(f"{what}: give a path")
         if len(path) > MAX_TEXT_ARGUMENT:
             raise UsageError(f"{what}: a path of {len(path):,} characters; at most {MAX_TEXT_ARGUMENT:,}")
+        if is_url(path):
+            plain = _plain_url(path)
+            if not any(plain == root or plain.startswith(root + "/") for root in self.urls) or ".." in plain.split("/"):
+                raise UsageError(f"{what} {display_path(path)} is outside the stores this server may read "
+                                 f"({', '.join(self.urls) or 'none'}); start it with --root for that URL")
+            return path
         real = os.path.realpath(path)
         if not under(real, self.roots):
             raise UsageError(f"{what} {display_path(path)} is outside the folders this server may read "
                              f"({', '.join(display_path(r) for r in self.roots)}); start it with --root for that folder")
         return path
+
+
+def _plain_url(url: str) -> str:
+    """A URL with its scheme in lower case and no trailing '/', to compare with a root's."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme.lower()}://{rest.rstrip('/')}"
 
 
 def _entry(entry) -> dict[str, Any]:
@@ -132,6 +149,8 @@ class Tools:
         if not (interval == 0 or 0.1 <= interval <= MAX_INTERVAL_S):
             raise UsageError(f"interval: seconds between the two snapshots, 0.1 to {MAX_INTERVAL_S}, or 0 for one "
                              f"snapshot; not {interval}")
+        if isinstance(out_dir, str) and is_url(out_dir):
+            raise UsageError("out_dir: a snapshot is written to a local folder under a root, not to a store")
         self.roots.check(out_dir, "out_dir")
         options = LiveOptions(workers=tuple(workers or ()), store=store, out_dir=out_dir, interval=interval)
         return self._json_of(lambda path: run_live(replace(options, json_path=path), io.StringIO(), io.StringIO()))
@@ -239,10 +258,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--root", action="append", required=True, metavar="DIR",
                         help="a folder the tools may read dumps from and write snapshots under (repeatable)")
     args = parser.parse_args(argv)
-    missing = [root for root in args.root if not os.path.isdir(root)]
+    missing = [root for root in args.root if not is_url(root) and not os.path.isdir(root)]
     if missing:
-        raise UsageError(f"--root {display_path(missing[0])}: not a folder")
-    confine(tuple(args.root))  # every file read from now on lies under a root, reached through no link
+        raise UsageError(f"--root {display_path(missing[0])}: not a folder (or a store's URL, s3://bucket/prefix)")
+    # every file read from now on lies under a root, reached through no link (a store's URLs are read through fsspec)
+    confine(tuple(root for root in args.root if not is_url(root)))
     try:
         server = build_server(args.root)
     except ImportError:

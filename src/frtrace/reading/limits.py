@@ -40,9 +40,10 @@ _confined: tuple[str, ...] = ()
 
 
 def confine(roots: tuple[str, ...]) -> None:
-    """From now on, open_file opens only files under `roots` (links resolved), through no link."""
+    """From now on, open_file opens only files under `roots` (links resolved), through no link;
+    with no root (a server given only stores' URLs), none."""
     global _confined
-    _confined = tuple(os.path.realpath(root) for root in roots)
+    _confined = tuple(os.path.realpath(root) for root in roots) or ("\x00",)  # no path lies under it
 
 
 def under(real: str, roots: tuple[str, ...]) -> bool:
