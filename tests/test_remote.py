@@ -240,3 +240,22 @@ def test_refused_credentials_are_one_line_naming_the_url(s3_server_checking_keys
     assert wrong.returncode == 2 and wrong.stdout == ""
     (line,) = wrong.stderr.strip().splitlines()
     assert line.startswith("frtrace: s3://keyed/job: the store refused to list it (") and "check the credentials" in line, line
+
+
+def test_a_live_snapshot_kept_in_a_store_reads_as_the_folder(bucket, tmp_path):
+    """frtrace live's folder (its manifest lists a rank that did not answer) copied to a store: the
+    silent rank is said as one that did not answer, as from the folder."""
+    snapshot = tmp_path / "snap"
+    (snapshot / "stacks").mkdir(parents=True)
+    for rank in (0, 1, 3):
+        shutil.copy(FIXTURES / "skip_rank2" / f"nccl_trace_rank_{rank}", snapshot / f"trace_rank_{rank}.json")
+    manifest = {"taken_at": 0.0, "ranks": [{"rank": r, "url": f"http://node:{r}", "seconds": 0.1, "answered": r != 2,
+                                            **({"error": "no answer in time"} if r == 2 else {"recorder": "fr_trace_json"})}
+                                           for r in range(4)]}
+    (snapshot / "manifest.json").write_text(json.dumps(manifest))
+    bucket.upload(snapshot, "dumps", "live/snap")
+    done, remote = report("-d", "s3://dumps/live/snap", env=bucket.child_env(), tmp=tmp_path)
+    _, local = report("-d", str(snapshot), tmp=tmp_path)
+    assert (remote["verdict"], remote["culprit_ranks"], remote["headline"]) == \
+           (local["verdict"], local["culprit_ranks"], local["headline"])
+    assert "did not answer" in remote["headline"], remote["headline"]

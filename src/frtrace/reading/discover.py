@@ -228,7 +228,7 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
             found.empty.append(dump_file)
         else:
             found.sniffed(dump_file, head)
-    _live_snapshot(directory, found)
+    live_snapshot_in(directory, found)
     return finish(found, prefix is not None)
 
 
@@ -281,13 +281,15 @@ def _live_pair(directory: str) -> tuple[str, str] | None:
     return halves
 
 
-def _live_snapshot(directory: str, found: Found) -> None:
+def live_snapshot_in(directory: str, found: Found, read=None) -> None:
     """A folder `frtrace live` wrote (its manifest.json lists the ranks it asked): the manifest and
     the stacks/ folder are its own, not stray files, and a rank that did not answer is a rank of the
-    job whose dump could not be read, with why."""
+    job whose dump could not be read, with why. `read(path, cap)` reads the manifest where it is
+    not a local file (a store's object)."""
     path = os.path.join(directory, SNAPSHOT_MANIFEST)
     try:  # never through a link: a manifest elsewhere does not speak for this folder
-        manifest = json.loads(read_small(path, MAX_MANIFEST_BYTES, follow_links=False))
+        raw = read(path, MAX_MANIFEST_BYTES) if read else read_small(path, MAX_MANIFEST_BYTES, follow_links=False)
+        manifest = json.loads(raw)
     except (OSError, ValueError, RecursionError):  # no manifest, or none to trust: not a snapshot
         return
     ranks = manifest.get("ranks") if isinstance(manifest, dict) else None

@@ -21,7 +21,8 @@ from typing import Any
 
 from ..errors import DumpError, UsageError, printable
 from ..types import SkippedFile
-from .discover import MARKED_BYTES, Discovery, Found, finish, placed, split_name, stack_rank
+from .discover import (MARKED_BYTES, SNAPSHOT_MANIFEST, Discovery, Found, finish, live_snapshot_in, placed, split_name,
+                       stack_rank)
 from .limits import MAX_DUMP_BYTES
 
 DEFAULT_TIMEOUT = 60.0  # seconds a request may take before it is given up (each, retries bounded)
@@ -172,6 +173,8 @@ def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
                 found.empty.append(dump_file)
             else:
                 found.sniffed(dump_file, bytes(head[:MARKED_BYTES]))
+    if any(key == SNAPSHOT_MANIFEST for _, key, _ in objects):  # frtrace live's snapshot, kept in a store
+        live_snapshot_in(_url(fs, root.rstrip("/")), found, read_small_object)
     return finish(found, prefix is not None)
 
 
