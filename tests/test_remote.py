@@ -137,7 +137,7 @@ def test_a_missing_protocol_package_is_named(tmp_path):
 def test_a_prefix_with_no_object_says_so(bucket):
     done = frtrace("-d", "s3://dumps/jobs/no_such_job", env=bucket.child_env())
     assert done.returncode == 2
-    assert "s3://dumps/jobs/no_such_job: no object there" in done.stderr
+    assert "s3://dumps/jobs/no_such_job: nothing there; check the URL" in done.stderr
 
 
 def test_an_object_over_the_cap_is_refused_by_its_listed_size_before_any_byte_is_fetched(s3_env, bucket, monkeypatch):  # noqa: F811
@@ -259,3 +259,27 @@ def test_a_live_snapshot_kept_in_a_store_reads_as_the_folder(bucket, tmp_path):
     assert (remote["verdict"], remote["culprit_ranks"], remote["headline"]) == \
            (local["verdict"], local["culprit_ranks"], local["headline"])
     assert "did not answer" in remote["headline"], remote["headline"]
+
+
+def test_a_prefix_past_the_cap_is_listed_a_page_at_a_time_and_no_further(s3_env, bucket, monkeypatch):  # noqa: F811
+    """20,000 stray objects under a cap of 1,500: two pages of 1,000 keys are asked for, not twenty,
+    and the cut is said."""
+    import s3fs
+
+    from frtrace.reading import remote
+
+    if "stray" not in [b["Name"] for b in bucket.client.list_buckets()["Buckets"]]:
+        pytest.skip("needs the stray bucket the stray-objects test fills")
+    pages = []
+    real = s3fs.S3FileSystem._list_pages
+
+    async def counted(self, *args, **kwargs):
+        async for page in real(self, *args, **kwargs):
+            pages.append(len(page.get("Contents", [])))
+            yield page
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_list_pages", counted)
+    monkeypatch.setattr(remote, "MAX_LISTED", 1500)
+    found = remote.find_remote_dumps("s3://stray/job")
+    assert [s.reason for s in found.skipped] == ["more than 1500 objects; the rest was not read"], found.skipped
+    assert len(pages) == 2, pages

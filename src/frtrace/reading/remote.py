@@ -98,11 +98,41 @@ def _url(fs: Any, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def list_objects(fs: Any, root: str, url: str) -> list[tuple[str, str, int | None]]:
-    """(path in the store, key under `root`, size where the listing says it) of every object
-    below `root`, at most MAX_LISTED, hidden ones (a dot-name anywhere in the key) left out."""
+def _pages_of_s3(fs: Any) -> bool:
+    """Whether `fs` is s3fs's, with the page iterator this reads listings through."""
+    return ("s3" in fs.protocol or "s3a" in fs.protocol) and hasattr(fs, "_iterdir") and hasattr(fs, "split_path")
+
+
+def _pages(fs: Any, root: str) -> dict[str, dict]:
+    """An S3 prefix's objects ({path: info}), read a page (1,000 keys) at a time and no further than
+    MAX_LISTED and one: fs.find would list every key under it first (and keep them cached, about
+    1.2 kB each). s3fs's own page iterator (_iterdir), so that its credentials, endpoint and retries
+    are what every other request of it uses."""
+    from fsspec.asyn import sync
+
+    bucket, key, _ = fs.split_path(root)
+    prefix = key.rstrip("/") + "/" if key else ""
+
+    async def listed() -> dict[str, dict]:
+        found: dict[str, dict] = {}
+        async for info in fs._iterdir(bucket, delimiter="", prefix=prefix):
+            found[info["name"]] = info
+            if len(found) > MAX_LISTED:
+                break
+        return found
+
+    found = sync(fs.loop, listed)
+    if not found and key and not sync(fs.loop, fs._exists, root):
+        raise FileNotFoundError(root)
+    return found
+
+
+def list_objects(fs: Any, root: str, url: str) -> tuple[list[tuple[str, str, int | None]], bool]:
+    """(path in the store, key under `root`, size where the listing says it) of the first
+    MAX_LISTED objects below `root`, hidden ones (a dot-name anywhere in the key) left out; and
+    whether there were more."""
     try:  # no maxdepth: fsspec's walk, which it takes, passes over a folder it cannot list (a refusal)
-        listed = fs.find(root, detail=True)
+        listed = _pages(fs, root) if _pages_of_s3(fs) else fs.find(root, detail=True)
     except FileNotFoundError:
         raise UsageError(f"{printable(url)}: nothing there; check the URL (the bucket and the prefix)") from None
     except PermissionError as exc:
@@ -113,7 +143,7 @@ def list_objects(fs: Any, root: str, url: str) -> list[tuple[str, str, int | Non
                          "and the credentials") from None
     stem = root.rstrip("/")
     objects = []
-    for path, info in sorted(listed.items()):
+    for path, info in sorted(listed.items())[:MAX_LISTED]:
         if info.get("type") not in (None, "file"):
             continue
         key = path[len(stem) + 1:] if path.startswith(stem + "/") else path  # "a//b" keeps its empty part
@@ -124,7 +154,7 @@ def list_objects(fs: Any, root: str, url: str) -> list[tuple[str, str, int | Non
     if not objects:
         raise UsageError(f"{printable(url)}: no object there; check the URL (the bucket and the prefix) and the "
                          "credentials")
-    return objects
+    return objects, len(listed) > MAX_LISTED
 
 
 def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
@@ -133,11 +163,10 @@ def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
     fs, root = filesystem(url)
     if prefix is not None:
         prefix = os.path.basename(prefix)
-    objects = list_objects(fs, root, url)
+    objects, more = list_objects(fs, root, url)
     found = Found()
-    if len(objects) > MAX_LISTED:
+    if more:
         found.skipped.append(SkippedFile(printable(url), f"more than {MAX_LISTED} objects; the rest was not read"))
-        objects = objects[:MAX_LISTED]
     heads: list[tuple[Any, str]] = []  # (DumpFile, its path in the store) to read the first bytes of
     for path, key, size in objects:
         found.identities.add(("url", _url(fs, path)))  # what tells two sets apart (compare), as a file's inode does
