@@ -262,14 +262,17 @@ def test_a_live_snapshot_kept_in_a_store_reads_as_the_folder(bucket, tmp_path):
 
 
 def test_a_prefix_past_the_cap_is_listed_a_page_at_a_time_and_no_further(s3_env, bucket, monkeypatch):  # noqa: F811
-    """20,000 stray objects under a cap of 1,500: two pages of 1,000 keys are asked for, not twenty,
-    and the cut is said."""
+    """5,000 objects under a cap of 1,500: two pages of 1,000 keys are asked for, not five, and the
+    cut is said."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import s3fs
 
     from frtrace.reading import remote
 
-    if "stray" not in [b["Name"] for b in bucket.client.list_buckets()["Buckets"]]:
-        pytest.skip("needs the stray bucket the stray-objects test fills")
+    bucket.make_bucket("paged")
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: bucket.client.put_object(Bucket="paged", Key=f"job/log-{i:05d}.txt", Body=b"x"), range(5000)))
     pages = []
     real = s3fs.S3FileSystem._list_pages
 
@@ -280,6 +283,6 @@ def test_a_prefix_past_the_cap_is_listed_a_page_at_a_time_and_no_further(s3_env,
 
     monkeypatch.setattr(s3fs.S3FileSystem, "_list_pages", counted)
     monkeypatch.setattr(remote, "MAX_LISTED", 1500)
-    found = remote.find_remote_dumps("s3://stray/job")
+    found = remote.find_remote_dumps("s3://paged/job")
     assert [s.reason for s in found.skipped] == ["more than 1500 objects; the rest was not read"], found.skipped
     assert len(pages) == 2, pages
