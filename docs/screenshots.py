@@ -23,9 +23,13 @@ import sys
 import tempfile
 import time
 import urllib.request
+import shutil
 from pathlib import Path
 
-import websocket
+try:
+    import websocket
+except ImportError:  # said in one line with what to install, not as a ModuleNotFoundError
+    websocket = None
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "skip_goes_on_rank5_of_8"
@@ -76,6 +80,10 @@ def main() -> None:
     parser.add_argument("--catapult", type=Path, required=True, help="a checkout of github.com/catapult-project/catapult")
     parser.add_argument("--big", type=Path, help="a 256-rank dump set (benchmarks/generate.py --fault skip)")
     args = parser.parse_args()
+    needs = ([] if websocket is not None else ["websocket-client (pip install websocket-client)"]) + \
+            ([] if shutil.which("chromium") else ["chromium (apt-get install chromium)"])
+    if needs:
+        sys.exit(f"docs/screenshots.py needs {' and '.join(needs)}; nothing was made")
     work = Path(tempfile.mkdtemp())
     frtrace = [sys.executable, "-m", "frtrace"]
     subprocess.run([*frtrace, "-d", str(FIXTURE), "--html", str(work / "report.html"), "--chrome-trace",
