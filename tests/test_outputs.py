@@ -368,3 +368,15 @@ def test_a_late_member_of_a_rooted_op_is_no_clock_skew(op, flagged):
     out = io.StringIO()
     render_stats(stats, out)
     assert ("clock skew" in out.getvalue()) == bool(flagged)
+
+
+def test_several_causes_are_a_line_each_in_the_text_report_and_the_page(tmp_path, capsys):
+    from frtrace.cli import main
+
+    folder = FIXTURES / "two_faults_hidden_ranks2_7"
+    main(["-d", str(folder), "--html", str(tmp_path / "r.html")])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("Cause: unknown: rank 2: ") and lines[2].startswith("       divergence: rank 7: "), lines[:3]
+    page = (tmp_path / "r.html").read_text()
+    cause = page.split("id='cause'>", 1)[1].split("</p>", 1)[0]
+    assert "<br>divergence: rank 7: " in cause, cause

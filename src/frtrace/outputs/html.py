@@ -19,7 +19,7 @@ from typing import TextIO
 
 from ..analysis.align import entry_label, format_ranks, tracks_completion
 from ..reading.groups import GroupTable
-from .report import cause_text, recorded_stack
+from .report import cause_lines, recorded_stack
 from ..reading.stacks import first_apart, frame_text
 from .timeline import root_entries
 from ..types import Analysis, Dump, Finding
@@ -68,7 +68,7 @@ def write_html(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable, ou
         f"<title>frtrace: {escape(analysis.verdict.upper())}</title><style>{_CSS}</style></head><body>",
         "<h1>frtrace report</h1>",
         f"<div class='verdict {escape(analysis.verdict)}' id='verdict'>{escape(analysis.headline)}</div>",
-        f"<p id='cause'><b>Cause:</b> {escape(cause_text(analysis))}</p>" if analysis.causes else "",
+        f"<p id='cause'><b>Cause:</b> {'<br>'.join(map(escape, cause_lines(analysis)))}</p>" if analysis.causes else "",
         _evidence(analysis),
         _health(analysis, dumps),
         _grid(analysis, dumps, table, root),
