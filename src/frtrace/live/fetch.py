@@ -198,7 +198,7 @@ def _post(url: str, handler: str, cap: int, deadline: float, path: str) -> None:
             raise urllib.error.HTTPError(url, response.status, response.reason, response.headers, None)
         with _NewFile(path) as kept:
             size = 0
-            while size <= cap:
+            while size <= cap and not response.isclosed():  # closed once its length was read (Python 3.13)
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError("timed out")
