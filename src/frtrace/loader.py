@@ -596,7 +596,7 @@ def _load_one(job: tuple) -> CompactDump | DumpError | InternalError:
     costs the file, an InternalError (a bug of ours) stops the run."""
     path, rank = job[0], job[1]
     try:
-        raw, file_format = read_raw(job[2], shown=path) if len(job) > 2 else read_raw(path)
+        raw, file_format = read_raw(job[2], shown=path, span=job[3]) if len(job) > 2 else read_raw(path)
         return compact(raw, rank, path, file_format)
     except (DumpError, LimitError) as exc:
         # as a value, without the frames it was raised through: they hold the file's bytes, and
@@ -673,7 +673,9 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     """
 
     def job(dump_file: DumpFile) -> tuple:
-        return (dump_file.path, dump_file.rank, dump_file.source) if dump_file.source else (dump_file.path, dump_file.rank)
+        if dump_file.source:
+            return dump_file.path, dump_file.rank, dump_file.source, dump_file.span
+        return dump_file.path, dump_file.rank
 
     choices: dict[int, list[DumpFile]] = {}
     for dump_file in discovery.files:

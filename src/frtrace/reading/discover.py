@@ -52,7 +52,8 @@ class DumpFile:
     stem: str = ""  # the path without a format suffix: a pickle and a JSON of one dump share it
     where: str = ""  # the path under the dump folder, as a person names the file
     host: str | None = None  # the host the folder or the name shows, where one does
-    source: str = ""  # the file to read where it is not `path`: an archive member's copy
+    source: str = ""  # the file to read where it is not `path`: the copy of an archive's members
+    span: tuple[int, int] | None = None  # (offset, length) of this member's bytes in `source`
 
 
 @dataclass(frozen=True, slots=True)

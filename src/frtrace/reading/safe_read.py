@@ -51,29 +51,38 @@ def _bounded_int(text: str) -> int | HugeInt:
     return int(text) if len(text) <= 20 else HugeInt(len(text))
 
 
-def read_raw(path: str, shown: str | None = None) -> tuple[Any, str]:
+def read_raw(path: str, shown: str | None = None, span: tuple[int, int] | None = None) -> tuple[Any, str]:
     """The raw object held by a dump file, and "pickle" or "json" (sniffed from the first bytes).
 
     The file is opened non-blocking (a FIFO that replaced it since discovery must not block; where
     frtrace mcp confines reading, through no link: limits.open_file), checked to be a regular file
     of bounded size, sniffed from its first bytes before the rest is read, and parsed under a
     memory ceiling (limits.bounded_memory). Errors name the file as `shown` where it is given (an
-    archive member, read from the copy frtrace made of it)."""
+    archive member, read from the copy frtrace made of it, at `span`: (offset, length) in it)."""
     if is_url(path):  # a dump in a store, read by fsspec (reading.remote)
         return parse_raw(read_object(path), path)
     if shown is not None:
         try:
-            return _read_raw(path, own=True)
+            return _read_raw(path, own=True, span=span)
         except DumpError as exc:
             raise DumpError(shown, exc.reason) from None
     return _read_raw(path, own=False)
 
 
-def _read_raw(path: str, own: bool) -> tuple[Any, str]:
+def _read_raw(path: str, own: bool, span: tuple[int, int] | None = None) -> tuple[Any, str]:
     try:
         fd = open_file(path, own=own)
     except OSError as exc:
         raise DumpError(path, f"cannot open it ({exc.strerror}); check its permissions") from None
+    if span is not None:  # a member's bytes in the copy of an archive frtrace made, bounded when it was made
+        try:
+            offset, length = span
+            data = os.pread(fd, length, offset)
+        except OSError as exc:
+            raise DumpError(path, f"cannot read it ({exc.strerror})") from None
+        finally:
+            os.close(fd)
+        return parse_raw(data, path)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
