@@ -3,14 +3,15 @@ protocol fsspec has registered) in place of a folder.
 
 fsspec and the protocol's own package do the talking, with their own credentials and endpoints
 (AWS_* variables and files, AWS_ENDPOINT_URL, FSSPEC_<PROTOCOL>_<KWARG>, application default
-credentials); frtrace adds only timeouts and a bounded count of retries, so an endpoint that does
-not answer is one line within `timeout` seconds of each request, never a hang.
+credentials); frtrace adds only timeouts (TIMEOUT seconds without an answer) and a bounded count
+of retries, so an endpoint that does not answer is one line, never a hang.
 
-The main process lists the prefix once and reads each dump-named object's first bytes, all at once
-(what it reads of a local file, to sort dumps from other files); an object over the dump size cap
-is refused by the size the listing gives, before any of it is fetched. The workers read the dumps,
-each in bounded chunks (read_object), as they read local files. A key is only ever part of a URL:
-nothing is written under a name taken from the store.
+The main process lists the prefix once (S3: a page at a time, no further than the cap) and reads
+each dump-named object's first bytes, in concurrent batches (what it reads of a local file, to
+sort dumps from other files); an object over the dump size cap is refused by the size the listing
+gives, before any of it is fetched. The workers read the dumps, never past the cap (read_object),
+as they read local files. A key is only ever part of a URL: nothing is written under a name taken
+from the store.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .discover import (MARKED_BYTES, SNAPSHOT_MANIFEST, Discovery, Found, finish
                        stack_rank)
 from .limits import MAX_DUMP_BYTES
 
-DEFAULT_TIMEOUT = 60.0  # seconds a request may take before it is given up (each, retries bounded)
+TIMEOUT = 60.0  # seconds a request may wait for the store (to connect, for each read) before it is given up
 MAX_LISTED = 1 << 20  # objects under one prefix: as many members as an archive may hold
 MAX_DEPTH = 8  # folders below the prefix (host/job/attempt/...), as for a local folder
 _CHUNK = 1 << 20  # bytes a worker asks for at a time
@@ -36,8 +37,6 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # the package each common protocol needs, where fsspec's own message names none
 _PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs",
              "abfss": "adlfs", "adl": "adlfs", "http": "aiohttp", "https": "aiohttp"}
-
-timeout = DEFAULT_TIMEOUT  # set by the main process before its workers start, which inherit it
 
 
 def is_url(text: str) -> bool:
@@ -59,7 +58,8 @@ def _options(protocol: str, seconds: float) -> dict[str, Any]:
     if protocol in ("http", "https"):
         import aiohttp
 
-        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=seconds)}}
+        # no bound on the whole answer: a dump of hundreds of MB may take longer to come than to start
+        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=seconds, sock_read=seconds)}}
     return {}
 
 
@@ -77,7 +77,7 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise UsageError(f"{printable(url)}: fsspec knows no protocol {printable(protocol)!r}; give a folder, an archive, or "
                          "a URL such as s3://bucket/prefix")
     try:
-        fs, path = fsspec.core.url_to_fs(url, **_options(protocol, timeout))
+        fs, path = fsspec.core.url_to_fs(url, **_options(protocol, TIMEOUT))
     except ImportError:
         package = _PACKAGES.get(protocol) or known_implementations.get(protocol, {}).get("err", "its package")
         raise UsageError(f"{printable(url)}: reading {protocol}:// needs {package}, which is not installed: "
