@@ -286,3 +286,22 @@ def test_a_prefix_past_the_cap_is_listed_a_page_at_a_time_and_no_further(s3_env,
     found = remote.find_remote_dumps("s3://paged/job")
     assert [s.reason for s in found.skipped] == ["more than 1500 objects; the rest was not read"], found.skipped
     assert len(pages) == 2, pages
+
+
+def test_a_store_that_never_answers_is_given_up_within_the_timeout_given(tmp_path):
+    """A server that takes the connection and says nothing: --timeout 2 gives up in two tries of 2 s."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held = []
+    threading.Thread(target=lambda: [held.append(listener.accept()) for _ in range(8)], daemon=True).start()
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{listener.getsockname()[1]}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    started = time.monotonic()
+    done = frtrace("-d", "s3://dumps/jobs/skip_goes_on", "--timeout", "2", env=env)
+    took = time.monotonic() - started
+    listener.close()
+    assert done.returncode == 2 and "cannot list it (" in done.stderr, done.stderr
+    assert took < 20, took
+    assert frtrace("-d", "s3://dumps/x", "--timeout", "0").returncode == 2

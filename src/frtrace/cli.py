@@ -57,6 +57,7 @@ class Options:
     command: str | None = None  # the command line, as the Markdown summary says it
     sqlite: str | None = None
     stats: bool = False
+    timeout: float | None = None  # seconds a store may take to answer (a URL's dumps); None: reading.remote's
 
 
 class _Parser(argparse.ArgumentParser):
@@ -128,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="exit 2 when any file was skipped (for CI)")
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="read dump files in N processes (default: the CPUs this process may use)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="dumps at a URL: seconds the store may take to answer each request (default 60)")
     parser.add_argument("--version", action="version", version=f"frtrace {__version__}")
     return parser
 
@@ -180,6 +183,8 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         if value is not None and value != "all" and value < (0 if flag == "--trace-ranks" else 1):
             raise UsageError(f"{flag} must be {'0 or more' if flag == '--trace-ranks' else 'at least 1'}, not {value}")
     jobs = _jobs(args.jobs)
+    if args.timeout is not None and not 0 < args.timeout <= 3600:
+        raise UsageError(f"--timeout must be above 0 and at most 3600 seconds, not {args.timeout:g}")
     if args.output == "-":
         raise UsageError("-o writes a binary pickle; give a file name, not '-'")
     return Options(
@@ -207,6 +212,7 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         command=shlex.join(["frtrace", *(sys.argv[1:] if argv is None else argv)]),
         sqlite=args.sqlite,
         stats=args.stats,
+        timeout=args.timeout,
     )
 
 
@@ -255,6 +261,10 @@ def _check_selection(options: Options, dumps: dict, table) -> None:
 
 def run(options: Options, out: TextIO, err: TextIO) -> int:
     """Analyze the dumps as the options say, write the outputs, return the exit code."""
+    if options.timeout is not None:  # before the workers start: they take it with them
+        from .reading import remote
+
+        remote.TIMEOUT = options.timeout
     with discovered(options.trace_dir, options.prefix) as discovery:
         plans = plan_outputs(_requested_outputs(options), options.trace_dir, discovery.identities)
         loaded, table = load_set(discovery, options.trace_dir, options.prefix, err, jobs=options.jobs,

@@ -26,7 +26,7 @@ from .discover import (MARKED_BYTES, SNAPSHOT_MANIFEST, Discovery, Found, finish
                        stack_rank)
 from .limits import MAX_DUMP_BYTES
 
-TIMEOUT = 60.0  # seconds a request may wait for the store (to connect, for each read) before it is given up
+TIMEOUT = 60.0  # seconds a request may wait for the store (to connect, for each read) before it is given up (--timeout)
 MAX_LISTED = 1 << 20  # objects under one prefix: as many members as an archive may hold
 MAX_DEPTH = 8  # folders below the prefix (host/job/attempt/...), as for a local folder
 _CHUNK = 1 << 20  # bytes a worker asks for at a time
