@@ -296,7 +296,7 @@ def _config_of_text(name: str, desc: str, text: str) -> GroupConfig | str | None
     ignored; or None for the placeholder real gloo dumps carry (no name or no rank). Cached:
     every rank's dump lists the world, and a 16,384-rank list costs a millisecond to check, where
     the cache gives back the same object (one object per config, which wire.Packer names once)."""
-    parsed = _parse_ranks_text(text)
+    parsed = parse_ranks_text(text)
     if parsed is None:
         return _ignored(name, text)
     if len(parsed) > MAX_RANK:
@@ -304,7 +304,7 @@ def _config_of_text(name: str, desc: str, text: str) -> GroupConfig | str | None
     return GroupConfig(name, desc, tuple(sorted(set(parsed)))) if name and parsed else None
 
 
-def _parse_ranks_text(text: str) -> tuple[int, ...] | None:
+def parse_ranks_text(text: str) -> tuple[int, ...] | None:
     """"[0, 1, 2]" -> (0, 1, 2), never by eval."""
     if not _RANKS_TEXT.match(text.strip()):
         return None

@@ -30,7 +30,9 @@ class GroupTable:
         return self.by_rank.get((rank, pg_name))
 
 
-def _is_default(name: str, desc: str) -> bool:
+def is_default_group(name: str, desc: str) -> bool:
+    """Whether a group is the job's world as PyTorch names it: desc "default_pg", or group "0"
+    without a desc."""
     return desc == "default_pg" or (name == "0" and desc in ("", "undefined"))
 
 
@@ -219,7 +221,7 @@ def resolve_groups(
     highest = max([*dumps, *ranks_named, *(r for g in groups.values() for r in g.ranks)], default=-1)
     world_size = highest + 1
     for name in users:
-        if _is_default(name, descs.get(name, "")) and not ft_group_world_size:
+        if is_default_group(name, descs.get(name, "")) and not ft_group_world_size:
             world_size = max(world_size, hints.get(name, 0))
     if not ft_group_world_size:  # no group is larger than the world
         world_size = max(world_size, *hints.values(), 0)
@@ -233,7 +235,7 @@ def resolve_groups(
     inferred: dict[str, set[int]] = {}
     for name, users_of_name in users.items():
         desc = descs.get(name, "")
-        if _is_default(name, desc):
+        if is_default_group(name, desc):
             if ft_group_world_size:
                 for base in sorted({replica_base(r) for r in users_of_name}):
                     members = tuple(r for r in world if replica_base(r) == base) or tuple(sorted(users_of_name))
@@ -257,7 +259,7 @@ def resolve_groups(
         group = groups.setdefault((name, ranks), Group(name, descs.get(name, ""), ranks, inferred=True))
         for r in users[name]:
             by_rank[(r, name)] = group
-        if not _is_default(name, descs.get(name, "")) and (
+        if not is_default_group(name, descs.get(name, "")) and (
                 len(ranks) < max(expected.get(name, 0), hints.get(name, 0)) or name in unplaced):
             short.add(group.key)
         hinted = hints.get(name, 0)
@@ -368,7 +370,7 @@ def _complete_from_shapes(inferred: dict[str, set[int]], descs: dict[str, str], 
     for name, members in inferred.items():
         short = hints.get(name, 0) - len(members)
         desc = descs.get(name, "")
-        if short <= 0 or _is_default(name, desc):
+        if short <= 0 or is_default_group(name, desc):
             continue
         taken = set().union(*(m for n, m in inferred.items() if n != name and descs.get(n) == desc))
         candidates = [r for r in world if r not in with_dump and r not in members and r not in taken]
