@@ -23,7 +23,7 @@ from .reading import workers as worker_processes
 from .reading.discover import Discovery, DumpFile
 from .errors import DumpError, InternalError, LimitError, display_path, printable
 from .reading.fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
-from .reading.groups import outvoted_configs, replica_size
+from .reading.groups import is_default_group, outvoted_configs, replica_size
 from .reading.limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT, memory_limit_text
 from .reading.safe_read import HugeInt, read_raw, short_reason
 from .reading.runs import make_runs
@@ -652,8 +652,7 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
     other ranks' configs do not outvote."""
     outvoted, _ = outvoted_configs(dumps)
     standing = {id(c): c for rank, d in dumps.items() for c in d.group_configs  # each shared config once
-                if (c.desc == "default_pg" or (c.name == "0" and c.desc in ("", "undefined")))
-                and not (outvoted and (rank, id(c)) in outvoted)}
+                if is_default_group(c.name, c.desc) and not (outvoted and (rank, id(c)) in outvoted)}
     sizes = [max(c.ranks) + 1 for c in standing.values()]
     return max(sizes) if sizes else None
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
 from ..errors import OutputError, UsageError, display_path, printable
+from ..loader import parse_ranks_text
+from ..reading.groups import is_default_group
 from ..reading.limits import read_small
 from ..reading.discover import SNAPSHOT_MANIFEST, SNAPSHOT_OTHER_RECORDER, SNAPSHOT_STACKS, snapshot_dump_name
 
@@ -382,19 +384,16 @@ def _default_group(configs: Any) -> str | None:
     for key, value in configs.items():
         name, desc, ranks = (value.get("name", key), value.get("desc", ""), value.get("ranks")) if isinstance(value, dict) \
             else (key, "", value)  # 1.4: {pg_id: [ranks]}
-        if desc == "default_pg" or (name in ("0", 0) and desc in ("", "undefined")):
+        if is_default_group(str(name), desc):
             return ranks if isinstance(ranks, str) else json.dumps(ranks) if isinstance(ranks, list) else None
     return None
 
 
 def _ranks_of(text: str) -> tuple[int, ...] | None:
-    try:
-        ranks = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(ranks, list) or not ranks or not all(type(r) is int and r >= 0 for r in ranks):
-        return None
-    return tuple(sorted(set(ranks)))
+    """The ranks a default group's text lists, by the loader's rules (parse_ranks_text), sorted;
+    None where it lists none it can read."""
+    ranks = parse_ranks_text(text)
+    return tuple(sorted(set(ranks))) if ranks else None
 
 
 def _job_of(ranks: tuple[int, ...]) -> str:
