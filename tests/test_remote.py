@@ -305,3 +305,14 @@ def test_a_store_that_never_answers_is_given_up_within_the_timeout_given(tmp_pat
     assert done.returncode == 2 and "cannot list it (" in done.stderr, done.stderr
     assert took < 20, took
     assert frtrace("-d", "s3://dumps/x", "--timeout", "0").returncode == 2
+
+
+def test_an_object_served_over_http_is_read_whole_not_as_far_as_the_first_packet(http_server):  # noqa: F811
+    """A streamed HTTP file's read gives what has arrived: a 3 MiB stack file came back as 64 KiB."""
+    from frtrace.reading import remote
+
+    data = os.urandom(3 << 20)
+    (http_server.root / "rank_0.txt").write_bytes(data)
+    assert remote.read_small_object(http_server.url_of("rank_0.txt"), 4 << 20) == data
+    with pytest.raises(ValueError, match="over 2 MiB"):
+        remote.read_small_object(http_server.url_of("rank_0.txt"), 2 << 20)
