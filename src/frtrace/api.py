@@ -43,24 +43,16 @@ def discovered(trace_dir: str, prefix: str | None) -> Iterator[Discovery]:
     members are copied out for it, and removed after), or under a URL (reading.remote)."""
     from .reading.remote import find_remote_dumps, is_url, local_path
 
-    if is_url(trace_dir):
-        from .reading.archive import is_archive, unpacked
-
-        if is_archive(trace_dir):  # an archive in a store: read member by member, as a local one
-            with unpacked(trace_dir, prefix) as discovery:
-                yield discovery
-        else:
-            yield find_remote_dumps(trace_dir, prefix)
-        return
+    remote = is_url(trace_dir)
     trace_dir = local_path(trace_dir)
-    if not os.path.isdir(trace_dir):  # zipfile and tarfile imported for an archive only
+    if remote or not os.path.isdir(trace_dir):  # zipfile and tarfile imported for an archive only
         from .reading.archive import is_archive, unpacked
 
-        if is_archive(trace_dir):
+        if is_archive(trace_dir):  # in a store too: read member by member
             with unpacked(trace_dir, prefix) as discovery:
                 yield discovery
             return
-    yield find_dump_files(trace_dir, prefix)
+    yield find_remote_dumps(trace_dir, prefix) if remote else find_dump_files(trace_dir, prefix)
 
 
 def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,

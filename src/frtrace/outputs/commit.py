@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..reading.discover import split_name
-from ..reading.remote import filesystem, is_url
+from ..reading.remote import filesystem, identity, is_http, is_url, reason
 from ..errors import OutputError, UsageError, display_path
 
 _HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -145,15 +145,16 @@ def _planned_url(flag: str, url: str, what: str, binary: bool, dump_dir: str,
     """An output in a store: never an object read as input, never a dump-named one under the dump
     URL, never over HTTP (nothing there takes a whole write)."""
     fs, path = filesystem(url)
-    full = fs.unstrip_protocol(path)
-    if "http" in fs.protocol or "https" in fs.protocol:
+    named = identity(fs, path)
+    full = named[1]
+    if is_http(fs):
         raise OutputError(f"{display_path(url)}: frtrace cannot write over HTTP; give a local path or a store URL "
                           f"(s3://, gs://, ...) for the {what}")
     under = dump_dir.rstrip("/") + "/"
-    if ("url", full) in inputs or (full.startswith(under) and not isinstance(split_name(full.rsplit("/", 1)[-1], None), str)):
+    if named in inputs or (full.startswith(under) and not isinstance(split_name(full.rsplit("/", 1)[-1], None), str)):
         raise UsageError(f"{flag} {display_path(url)}: that is an object of the dump set {display_path(dump_dir)}; "
                          f"frtrace never writes over its input, choose another URL for the {what}")
-    return PlannedOutput(flag, url, what, binary, "", None, None, url=full), ("url", full)
+    return PlannedOutput(flag, url, what, binary, "", None, None, url=full), named
 
 
 class Outputs:
@@ -398,7 +399,7 @@ def _put(staged: int, plan: PlannedOutput) -> None:
     try:
         handle = fs.open(path, "wb", autocommit=False)
     except Exception as exc:  # noqa: BLE001 - whatever the store's library raises
-        raise OSError(0, f"the store refused it: {type(exc).__name__}: {str(exc)[:200]}") from None
+        raise OSError(0, f"the store refused it: {reason(exc)}") from None
     try:
         with open(os.dup(staged), "rb") as source:
             source.seek(0)
@@ -412,7 +413,7 @@ def _put(staged: int, plan: PlannedOutput) -> None:
             pass
         handle.closed = True  # thrown away: closing it later (its __del__) would write what was kept
         if isinstance(exc, Exception):
-            raise OSError(0, f"the store refused it: {type(exc).__name__}: {str(exc)[:200]}") from None
+            raise OSError(0, f"the store refused it: {reason(exc)}") from None
         raise
 
 

@@ -28,8 +28,8 @@ from typing import IO
 
 from .discover import MARKED_BYTES, Discovery, Found, archive_kind, finish, placed, sniff, split_name
 from ..errors import UsageError, display_path
-from .limits import MAX_DUMP_BYTES, open_file
-from .remote import is_url, open_object
+from .limits import MAX_DUMP_BYTES, open_file, over_the_cap
+from .remote import filesystem, identity, is_url, open_object
 from .safe_read import short_reason
 from ..types import SkippedFile
 
@@ -84,7 +84,7 @@ def read_archive(path: str, prefix: str | None, spool: str) -> Discovery:
         prefix = os.path.basename(prefix)
     found = Found()
     if is_url(path):
-        found.identities.add(("url", path))  # the archive itself is never an output
+        found.identities.add(identity(*filesystem(path)))  # the archive itself is never an output
     else:
         try:
             info = os.stat(path)
@@ -122,8 +122,7 @@ def read_archive(path: str, prefix: str | None, spool: str) -> Discovery:
             if kind != "file":
                 not_files.append((name, parts, f"{kind} in the archive; not read"))
             elif size > MAX_DUMP_BYTES:
-                read.append((name, parts, f"{size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder "
-                                          "dump can hold; not read"))
+                read.append((name, parts, over_the_cap(MAX_DUMP_BYTES, size)))
             elif shutil.disk_usage(spool).free < size + _SPARE_DISK:
                 found.skipped.append(SkippedFile(shown_archive, f"the temporary folder {display_path(spool)} has no room to copy "
                                                                 "the rest of its dumps (set TMPDIR to a larger one); not read"))

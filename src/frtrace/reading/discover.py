@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass, field, replace
 
 from ..errors import UsageError, display_path, printable
-from .limits import MAX_DUMP_BYTES, MAX_RANK, open_file, read_small
+from .limits import MAX_DUMP_BYTES, MAX_RANK, open_file, over_the_cap, read_small
 from ..types import SkippedFile
 
 HEAD_BYTES = 64
@@ -223,8 +223,7 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
         if kind is not None:
             found.not_files.append((dump_file, f"{kind}; not read"))
         elif info.st_size > MAX_DUMP_BYTES:
-            found.unreadable.append((dump_file, f"{info.st_size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB "
-                                                "a Flight Recorder dump can hold; not read"))
+            found.unreadable.append((dump_file, over_the_cap(MAX_DUMP_BYTES, info.st_size)))
         elif not head:
             found.empty.append(dump_file)
         else:

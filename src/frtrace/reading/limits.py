@@ -34,6 +34,13 @@ _PARSE_FACTOR = 32
 PARSE_CAP = 1 << 30
 
 
+def over_the_cap(cap: int, size: int | None = None) -> str:
+    """Why a dump of `size` bytes, or of a size found past the cap while read (None), is not read;
+    `cap` the reader's (MAX_DUMP_BYTES)."""
+    said = f"more than the {cap >> 20} MiB a Flight Recorder dump can hold; not read"
+    return said if size is None else f"{size >> 20} MiB, {said}"
+
+
 # Folders every file read must lie in, reached through no link (frtrace mcp's roots, set once
 # when its server starts; inherited by the reading workers it forks). Empty: no confinement.
 _confined: tuple[str, ...] = ()

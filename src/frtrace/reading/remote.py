@@ -24,7 +24,7 @@ from ..errors import DumpError, UsageError, printable
 from ..types import SkippedFile
 from .discover import (MARKED_BYTES, SNAPSHOT_MANIFEST, Discovery, Found, finish, live_snapshot_in, placed, split_name,
                        stack_rank)
-from .limits import MAX_DUMP_BYTES
+from .limits import MAX_DUMP_BYTES, over_the_cap
 
 TIMEOUT = 60.0  # seconds a request may wait for the store (to connect, for each read) before it is given up (--timeout)
 MAX_LISTED = 1 << 20  # objects under one prefix: as many members as an archive may hold
@@ -83,19 +83,26 @@ def filesystem(url: str) -> tuple[Any, str]:
         raise UsageError(f"{printable(url)}: reading {protocol}:// needs {package}, which is not installed: "
                          f"pip install {package}") from None
     except (ValueError, TypeError, OSError) as exc:
-        raise UsageError(f"{printable(url)}: {printable(_reason(exc))}; check the URL") from None
+        raise UsageError(f"{printable(url)}: {reason(exc)}; check the URL") from None
     if protocol in ("s3", "s3a"):
         fs.retries = 1  # s3fs retries timeouts 5 times on top of botocore's attempts: a hung store would take 10
     return fs, path
 
 
-def _reason(exc: BaseException) -> str:
+def reason(exc: BaseException) -> str:
+    """What a store's library raised, in one printable line: its type and its message's first line."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+    return printable(f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__)
 
 
 def _url(fs: Any, path: str) -> str:
     return fs.unstrip_protocol(path)
+
+
+def identity(fs: Any, path: str) -> tuple[str, str]:
+    """What names an object of a store among the files a run reads and writes (a local file's
+    (device, inode)): its URL, as fsspec writes it."""
+    return "url", _url(fs, path)
 
 
 def _pages_of_s3(fs: Any) -> bool:
@@ -136,10 +143,10 @@ def list_objects(fs: Any, root: str, url: str) -> tuple[list[tuple[str, str, int
     except FileNotFoundError:
         raise UsageError(f"{printable(url)}: nothing there; check the URL (the bucket and the prefix)") from None
     except PermissionError as exc:
-        raise UsageError(f"{printable(url)}: the store refused to list it ({printable(_reason(exc))}); check the "
+        raise UsageError(f"{printable(url)}: the store refused to list it ({reason(exc)}); check the "
                          "credentials (for S3: AWS_* variables or files, AWS_ENDPOINT_URL)") from None
     except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises: unreachable, refused, timed out
-        raise UsageError(f"{printable(url)}: cannot list it ({printable(_reason(exc))}); check the URL, the endpoint "
+        raise UsageError(f"{printable(url)}: cannot list it ({reason(exc)}); check the URL, the endpoint "
                          "and the credentials") from None
     stem = root.rstrip("/")
     objects = []
@@ -169,7 +176,7 @@ def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
         found.skipped.append(SkippedFile(printable(url), f"more than {MAX_LISTED} objects; the rest was not read"))
     heads: list[tuple[Any, str]] = []  # (DumpFile, its path in the store) to read the first bytes of
     for path, key, size in objects:
-        found.identities.add(("url", _url(fs, path)))  # what tells two sets apart (compare), as a file's inode does
+        found.identities.add(identity(fs, path))  # what tells two sets apart (compare), as a file's inode does
         shown = printable(_url(fs, path))
         if any(part in ("", "..") for part in key.split("/")):  # never a path, but never read as one either
             found.ignored.append(SkippedFile(shown, "a key with an empty or '..' part: not read"))
@@ -183,8 +190,7 @@ def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
             continue
         dump_file = placed(_url(fs, path), key, parts)
         if size is not None and size > MAX_DUMP_BYTES:
-            found.unreadable.append((dump_file, f"{size >> 20} MiB, more than the {MAX_DUMP_BYTES >> 20} MiB a Flight "
-                                                "Recorder dump can hold; not read"))
+            found.unreadable.append((dump_file, over_the_cap(MAX_DUMP_BYTES, size)))
         elif size == 0:
             found.empty.append(dump_file)
         else:
@@ -193,11 +199,11 @@ def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
         try:
             read = _first_bytes(fs, [path for _, path in heads])
         except Exception as exc:  # noqa: BLE001 - the store went away between the listing and the reads
-            raise UsageError(f"{printable(url)}: cannot read its objects ({printable(_reason(exc))}); check the "
+            raise UsageError(f"{printable(url)}: cannot read its objects ({reason(exc)}); check the "
                              "endpoint and the credentials") from None
         for (dump_file, _), head in zip(heads, read):
             if isinstance(head, BaseException):
-                found.unreadable.append((dump_file, f"cannot read it ({printable(_reason(head))})"))
+                found.unreadable.append((dump_file, f"cannot read it ({reason(head)})"))
             elif not head:
                 found.empty.append(dump_file)
             else:
@@ -207,14 +213,14 @@ def find_remote_dumps(url: str, prefix: str | None = None) -> Discovery:
     return finish(found, prefix is not None)
 
 
-def _is_http(fs: Any) -> bool:
+def is_http(fs: Any) -> bool:
     return "http" in fs.protocol or "https" in fs.protocol
 
 
 def _open(fs: Any, path: str):
     """An object opened for reading in chunks: over HTTP streamed from its start (a server may
     ignore Range), elsewhere by ranged reads of _CHUNK bytes."""
-    return fs.open(path, "rb", block_size=0 if _is_http(fs) else _CHUNK)
+    return fs.open(path, "rb", block_size=0 if is_http(fs) else _CHUNK)
 
 
 def _read_up_to(handle, size: int) -> bytes:
@@ -230,7 +236,7 @@ def _first_bytes(fs: Any, paths: list[str]) -> list[bytes | BaseException]:
     """The first MARKED_BYTES of each object (an exception where it failed): ranged reads in
     batches, concurrently where the store does them so; streamed over HTTP, where a server may
     ignore the range and send the whole file."""
-    if _is_http(fs):
+    if is_http(fs):
         from concurrent.futures import ThreadPoolExecutor
 
         def head(path: str) -> bytes | BaseException:
@@ -255,7 +261,7 @@ def open_object(url: str):
     try:
         return fs.open(path, "rb", block_size=_CHUNK)
     except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises
-        raise OSError(0, _reason(exc)) from None
+        raise OSError(0, reason(exc)) from None
 
 
 def read_small_object(url: str, cap: int) -> bytes:
@@ -266,7 +272,7 @@ def read_small_object(url: str, cap: int) -> bytes:
         with _open(fs, path) as handle:
             data = _read_up_to(handle, cap + 1)
     except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises costs this file
-        raise OSError(0, _reason(exc)) from None
+        raise OSError(0, reason(exc)) from None
     if len(data) > cap:
         raise ValueError(f"over {cap >> 20} MiB; not read")
     return data
@@ -278,21 +284,14 @@ def read_object(url: str) -> bytes:
     second request, which doubled the reading's CPU), or over HTTP streamed a chunk at a time (a
     server may ignore the range). A DumpError naming the URL where it cannot be read."""
     fs, path = filesystem(url)
-    too_big = DumpError(url, f"more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder dump can hold; not read")
     try:
-        if not _is_http(fs):
+        if is_http(fs):
+            with _open(fs, path) as handle:
+                data = _read_up_to(handle, MAX_DUMP_BYTES + 1)
+        else:
             data = fs.cat_file(path, start=0, end=MAX_DUMP_BYTES + 1)
-            if len(data) > MAX_DUMP_BYTES:
-                raise too_big
-            return data
-        read = bytearray()
-        with _open(fs, path) as handle:
-            while chunk := handle.read(_CHUNK):
-                read += chunk
-                if len(read) > MAX_DUMP_BYTES:
-                    raise too_big
-        return bytes(read)
-    except DumpError:
-        raise
     except Exception as exc:  # noqa: BLE001 - whatever the protocol's library raises costs this file
-        raise DumpError(url, f"cannot read it ({_reason(exc)})") from None
+        raise DumpError(url, f"cannot read it ({reason(exc)})") from None
+    if len(data) > MAX_DUMP_BYTES:
+        raise DumpError(url, over_the_cap(MAX_DUMP_BYTES))
+    return data

@@ -19,7 +19,7 @@ from .discover import HEAD_BYTES, sniff
 from .remote import is_url, read_object
 from ..errors import DumpError, LimitError, display_path, printable
 from .limits import (MAX_DUMP_BYTES, MAX_ENTRIES, PARSE_CAP, MachineMemory, bounded_memory, memory_limit_text, open_file,
-                     parse_is_capped)
+                     over_the_cap, parse_is_capped)
 
 
 
@@ -88,7 +88,7 @@ def _read_raw(path: str, own: bool, span: tuple[int, int] | None = None) -> tupl
         if not stat.S_ISREG(info.st_mode):
             raise DumpError(path, "not a regular file; not read")
         if info.st_size > MAX_DUMP_BYTES:
-            raise DumpError(path, f"more than the {MAX_DUMP_BYTES >> 20} MiB a Flight Recorder dump can hold; not read")
+            raise DumpError(path, over_the_cap(MAX_DUMP_BYTES))
         head = os.pread(fd, HEAD_BYTES, 0)
         file_format = sniff(head)
         if head and file_format is None:
