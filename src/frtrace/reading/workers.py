@@ -1,13 +1,18 @@
-"""Worker processes for the loader: each asks for files one by one and answers on its own pipe.
+"""Worker processes for the loader: each is given files a batch at a time and answers on its own pipe.
 
 Every file is parsed in a worker, never in the main process: a hostile file that crashes the
 parser (a C-level recursion) or exhausts its memory ends a worker, and costs that file only.
+Small files go to a worker many to a message, and come back so (a message each cost a million
+tiny dumps more than their reading: two pickles, two wake-ups and a poll a file); a worker marks
+in memory shared with the main process which file of its batch it is reading, so a crash is
+still laid on that file alone.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import pickle
 import signal
 import sys
 from collections import deque
@@ -16,7 +21,9 @@ from collections.abc import Callable, Iterator
 from ..errors import DumpError, LimitError, display_path
 from .limits import memory_limit_text, memory_limited
 
-_IN_FLIGHT = 2  # files given to a worker ahead of its answers: it never waits for the next one
+_IN_FLIGHT = 2  # batches given to a worker ahead of its answers: it never waits for the next one
+_BATCH_BYTES = 1 << 20  # answers sent back in one message, about: files are batched while theirs are small
+_MAX_BATCH = 64  # files in one batch at most
 OUT_OF_MEMORY = 75  # a worker's exit status where reading a file ran out of memory
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 _KEPT_HEAP = 64 << 20  # free memory at the top of a worker's heap kept, not given back, up to this
@@ -44,17 +51,28 @@ def keep_heap() -> bool:
     return bool(mallopt(_M_TRIM_THRESHOLD, _KEPT_HEAP)) and bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS))
 
 
-def _worker(load: Callable, connection) -> None:
-    """A worker process: load each job the main process sends, until it sends None."""
+def _worker(load: Callable, connection, reading) -> None:
+    """A worker process: load each batch of jobs the main process sends, until it sends None,
+    with `reading[0]` the place in its batch of the job it is reading (for the main process to
+    name the file where the worker dies). Each answer is pickled on its own, as a message of
+    its own was: what two answers share is not one object in the main process for being sent
+    together, so the outputs never depend on how the files were batched."""
+    from multiprocessing.reduction import ForkingPickler
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent while it forked
     for signum in (signal.SIGTERM, signal.SIGHUP):  # a worker stopped by a signal just ends
         signal.signal(signum, signal.SIG_DFL)
     keep_heap()
     try:
-        while (job := connection.recv()) is not None:
+        while (batch := connection.recv()) is not None:
             try:
-                connection.send(load(job))
+                answers = []
+                for place, job in enumerate(batch):
+                    reading[0] = place
+                    answers.append(bytes(ForkingPickler.dumps(load(job))))  # each on its own, as if sent alone
+                reading[0] = len(batch)
+                connection.send(answers)
             except MemoryError:  # reading or sending it: the worker's memory, not the file's fault
                 # said by the main process from the exit status: building a message here needs the
                 # memory there is none of, and glibc was seen spinning in mmap for minutes doing so
@@ -85,16 +103,18 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
     """load(job) for every job, in job order, from `workers` processes.
 
     Files are handed out as workers answer, so a worker slowed down (a big file, a busy core)
-    takes fewer. No shared queue or lock: each worker has its own pipe, so stopping early
-    (Ctrl-C) is only killing the workers, which cannot leave anything locked behind. A worker
-    that dies costs the file it was reading; the files queued behind it go to a new worker.
+    takes fewer; a batch holds one file until the answers show how big they come back, then as
+    many as make about _BATCH_BYTES of answers. No shared queue or lock: each worker has its own
+    pipe, so stopping early (Ctrl-C) is only killing the workers, which cannot leave anything
+    locked behind. A worker that dies costs the file it was reading; the other files of its
+    batches go to a new worker, one to a batch.
     """
     from multiprocessing.connection import wait
 
     context = _context()
     processes: list = []
-    given: dict = {}  # pipe -> indices of the jobs it holds, in order
-    owner: dict = {}  # pipe -> its worker process
+    given: dict = {}  # pipe -> the batches it holds (lists of job indices), in order
+    owner: dict = {}  # pipe -> (its worker process, the place in its first batch of the job it reads)
 
     def start_worker():
         # Ctrl-C blocked while forking: no child can catch one before it ignores it itself, and one
@@ -103,27 +123,34 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             mine, theirs = context.Pipe(duplex=True)
-            process = context.Process(target=_worker, args=(load, theirs), daemon=True)
+            reading = context.RawArray("q", 1)
+            process = context.Process(target=_worker, args=(load, theirs, reading), daemon=True)
             process.start()
             theirs.close()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         processes.append(process)
         given[mine] = deque()
-        owner[mine] = process
+        owner[mine] = (process, reading)
         return mine
 
     queue = deque(range(len(jobs)))  # jobs not given to any worker yet
+    alone: set[int] = set()  # jobs that were in the batch of a worker that died: given one at a time
+    answered = [0, 0]  # answers received, and their bytes: how many make a batch
 
     def give(pipe) -> None:
-        if queue:
-            index = queue.popleft()
-            try:
-                pipe.send(jobs[index])
-            except OSError:  # the worker died: its pipe still yields what it sent, then EOF
-                queue.appendleft(index)
-                return
-            given[pipe].append(index)
+        if not queue:
+            return
+        size = 1 if not answered[0] else max(1, min(_MAX_BATCH, _BATCH_BYTES * answered[0] // max(1, answered[1])))
+        batch = [queue.popleft()]
+        while queue and len(batch) < size and batch[0] not in alone and queue[0] not in alone:
+            batch.append(queue.popleft())
+        try:
+            pipe.send([jobs[index] for index in batch])
+        except OSError:  # the worker died: its pipe still yields what it sent, then EOF
+            queue.extendleft(reversed(batch))
+            return
+        given[pipe].append(batch)
 
     def lost(index: int, process=None) -> DumpError | LimitError:
         if process is not None:
@@ -171,13 +198,19 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
                     break
                 for pipe in wait(busy):
                     try:
-                        result = pipe.recv()
+                        message = pipe.recv_bytes()
                     except (EOFError, OSError):  # the worker died (crashed, killed, out of memory)
                         held = given.pop(pipe)
                         pipe.close()
-                        crashed = held.popleft()  # it answers in order: the first unanswered is the one it was reading
-                        done[crashed] = lost(crashed, owner.pop(pipe))
-                        queue.extendleft(reversed(held))  # never read: for the next worker
+                        process, reading = owner.pop(pipe)
+                        batch = held.popleft()  # it answers in order: its first batch is the one it was reading
+                        # past its batch's last file, it died sending their answers: no one file's doing
+                        place = 0 if len(batch) == 1 else reading[0]
+                        if place < len(batch):
+                            done[batch[place]] = lost(batch[place], process)
+                        again = batch[:place] + batch[place + 1:] + [i for later in held for i in later]
+                        alone.update(again)
+                        queue.extendleft(reversed(again))  # never answered: for the next worker
                         if queue:
                             try:
                                 start_or_say()
@@ -187,7 +220,10 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
                             for _ in range(_IN_FLIGHT):
                                 give(replacement)
                         continue
-                    done[given[pipe].popleft()] = result
+                    answers = pickle.loads(message)
+                    answered[0] += len(answers)
+                    answered[1] += len(message)
+                    done.update(zip(given[pipe].popleft(), map(pickle.loads, answers)))
                     give(pipe)
             yield done.pop(index)
         for pipe in given:
