@@ -170,3 +170,24 @@ def test_the_archive_itself_is_never_an_output(tmp_path, capsys):
     before = archive.read_bytes()
     assert main(["-d", str(archive), "-o", str(archive)]) == 2
     assert archive.read_bytes() == before and "frtrace never writes over its input" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("free, looks_expected, ranks", [(1 << 20, 1, [0, 1, 2, 3]), (12_000, 2, [0])],
+                         ids=["room for all: looked at once", "room for one: the rest not read"])
+def test_the_free_space_of_the_temporary_folder_is_looked_at_as_the_copies_need(tmp_path, monkeypatch, free,
+                                                                                 looks_expected, ranks):
+    from collections import namedtuple
+
+    from frtrace.reading import archive as archive_module
+    usage = namedtuple("usage", "total used free")
+    looks = []
+
+    def disk_usage(path):  # `free` bytes beyond the spare at the first look, none after
+        looks.append(path)
+        return usage(1 << 40, 0, archive_module._SPARE_DISK + (free if len(looks) == 1 else 0))
+
+    monkeypatch.setattr(archive_module.shutil, "disk_usage", disk_usage)
+    result = report(tmp_path, "-d", str(_tar(tmp_path / "a.tar", _skip_members(), "w")))
+    assert len(looks) == looks_expected and result["ranks_loaded"] == ranks
+    stopped = [s for s in result["skipped_files"] if "has no room to copy the rest of its dumps" in s["reason"]]
+    assert len(stopped) == (ranks != [0, 1, 2, 3])
