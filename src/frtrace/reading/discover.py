@@ -194,7 +194,15 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
                 f"{display_path(earlier)} {display_path(later)} compares them)")
         return replace(read, ignored=(*read.ignored, SkippedFile(display_path(earlier) + os.sep, said)))
 
-    found = Found()
+    found = walked(directory, prefix)
+    live_snapshot_in(directory, found)
+    return finish(found, prefix is not None)
+
+
+def walked(directory: str, prefix: str | None = None, found: Found | None = None) -> Found:
+    """What the folder `directory` holds, sorted as find_dump_files sorts it (`prefix` a bare
+    name), before the job's files are chosen (finish)."""
+    found = Found() if found is None else found
     for path, where in _walk(directory):
         name = os.path.basename(path)
         printable = display_path(path)
@@ -228,8 +236,7 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
             found.empty.append(dump_file)
         else:
             found.sniffed(dump_file, head)
-    live_snapshot_in(directory, found)
-    return finish(found, prefix is not None)
+    return found
 
 
 MAX_MANIFEST_BYTES = 16 << 20  # a snapshot of a million ranks' addresses and times
