@@ -11,9 +11,9 @@ import json
 import os
 import shlex
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .reading.anchor import Anchoring, anchor_relative_seqs
 from .builder import build_database, write_database
@@ -29,6 +29,9 @@ from .outputs.timeline import write_chrome_trace
 from .database import Database
 from .types import Analysis, LoadResult
 
+if TYPE_CHECKING:
+    from .reading.cluster import Cluster
+
 
 def default_jobs() -> int:
     try:
@@ -38,17 +41,28 @@ def default_jobs() -> int:
 
 
 @contextmanager
-def discovered(trace_dir: str, prefix: str | None) -> Iterator[Discovery]:
+def discovered(trace_dir: str, prefix: str | None, cluster: Cluster | None = None,
+               node_local: bool = False) -> Iterator[Discovery]:
     """The dump files of a folder or an archive, for as long as the block reads them (an archive's
-    members are copied out for it, and removed after), or under a URL (reading.remote)."""
+    members are copied out for it, and removed after), or under a URL (reading.remote); with
+    `node_local`, of the folder `trace_dir` on each node of the Ray `cluster` (reading.cluster)."""
     from .reading.remote import find_remote_dumps, is_url, local_path
 
     remote = is_url(trace_dir)
     trace_dir = local_path(trace_dir)
+    if node_local:
+        if remote:
+            raise UsageError(f"--node-local reads each node's own disk; {display_path(trace_dir)} is a URL, the same "
+                             "from every node: drop --node-local")
+        yield cluster.discover_on_nodes(trace_dir, prefix)
+        return
     if remote or not os.path.isdir(trace_dir):  # zipfile and tarfile imported for an archive only
         from .reading.archive import is_archive, unpacked
 
         if is_archive(trace_dir):  # in a store too: read member by member
+            if cluster is not None:
+                raise UsageError(f"{display_path(trace_dir)}: an archive is unpacked on this machine, where a Ray "
+                                 "cluster's nodes cannot read it: drop --ray, or extract it into a folder every node shares")
             with unpacked(trace_dir, prefix) as discovery:
                 yield discovery
             return
@@ -64,18 +78,23 @@ def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, 
 
 
 def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
-             ft_group_world_size: int | None = None, times: bool = True) -> tuple[LoadResult, GroupTable]:
+             ft_group_world_size: int | None = None, times: bool = True,
+             cluster: Cluster | None = None) -> tuple[LoadResult, GroupTable]:
     """The dumps discovered read and their groups resolved; skipped files are said on `err`.
-    Without `times`, the entries' times are not loaded (load_dumps)."""
+    Without `times`, the entries' times are not loaded (load_dumps). With a Ray `cluster`, the
+    files are read by its tasks (and node-local stack files on their nodes)."""
     if not discovery.files:
         hint = f" starting with {printable(prefix)!r}" if prefix else ""
         seen = (f" ({len(discovery.ignored)} file(s) ignored, e.g. {discovery.ignored[0].path}: {discovery.ignored[0].reason})"
                 if discovery.ignored else "")
         raise UsageError(f"{display_path(trace_dir)}: no dump files{hint}: no file is named <prefix><rank> "
                          f"and starts like a pickle or JSON dump{seen}; check the directory and --prefix "
-                         "(dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)")
+                         "(dumps written with TORCH_FR_DUMP_DYNAMIC_FILE_NAME=1 carry no rank: rename each to <prefix><rank>)"
+                         + ("; dumps on each Ray node's own disk: add --node-local" if cluster is not None and
+                            not cluster.node_of else ""))
     loaded = load_dumps(discovery, progress=progress and len(discovery.files) > 8, workers=jobs,
-                        bound_by_configs=ft_group_world_size is None, times=times)
+                        bound_by_configs=ft_group_world_size is None, times=times,
+                        read=cluster.read if cluster is not None else None)
     for item in loaded.skipped:
         print(f"frtrace: skipped {item.path}: {item.reason}", file=err)
     if not loaded.dumps:
@@ -93,7 +112,11 @@ def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: Text
     if discovery.stacks:
         ranks = set(loaded.ranks_named) | set(loaded.dumps) | set(table.world)
         alive = _ranks_alive(ranks, {rank for rank, _ in discovery.stacks})
-        stacks, notes = read_stack_files(discovery.stacks, ranks | alive)
+        if cluster is not None and cluster.node_of:  # on the nodes that hold them, the job's ranks' only
+            fetched = cluster.read_stacks([path for rank, path in discovery.stacks if rank in ranks | alive])
+            stacks, notes = read_stack_files(discovery.stacks, ranks | alive, read=fetched.__getitem__)
+        else:
+            stacks, notes = read_stack_files(discovery.stacks, ranks | alive)
         loaded = replace(loaded, stacks=stacks, notes=(*loaded.notes, *notes))
         if alive - set(table.world):  # a process that left no dump but wrote its stacks is a rank of the job
             table = resolve_groups(loaded.dumps, frozenset(loaded.ranks_named) | alive, ft_group_world_size)
@@ -255,26 +278,45 @@ def analyzed(loaded: LoadResult, table: GroupTable, trace_dir: str, inputs: froz
 
 
 def analyze_dumps(path: str | os.PathLike, *, prefix: str | None = None, jobs: int | None = None,
-                  group_world_size: int | None = None) -> Result:
-    """Read the Flight Recorder dumps in a folder (or a .tar, .tar.gz or .zip of them) and find
-    who desynced. `prefix`: the file name before the rank (inferred where None); `jobs`: reading
-    processes (None: the CPUs this process may use); `group_world_size`: torchft's replica size
-    where the dumps do not show it. Files that cannot be used are in `Result.skipped`; where none
-    can, or the options cannot work, a FrtraceError says why (a TypeError naming the argument
-    where one is of the wrong type). Nothing is printed."""
+                  group_world_size: int | None = None, ray: str | None = None, node_local: bool = False,
+                  timeout: float | None = None) -> Result:
+    """Read the Flight Recorder dumps in a folder (or a .tar, .tar.gz or .zip of them, or a URL)
+    and find who desynced. `prefix`: the file name before the rank (inferred where None); `jobs`:
+    reading processes (None: the CPUs this process may use); `group_world_size`: torchft's replica
+    size where the dumps do not show it. `ray`: the address of a Ray cluster whose tasks read the
+    files ("auto", "HOST:PORT", "ray://HOST:PORT"), from a path every node shares, or with
+    `node_local` from each node's own disk at `path`; `timeout`: seconds without a task of it done
+    before the rest is given up (default 60). Files that cannot
+    be used are in `Result.skipped`; where none can, or the options cannot work, a FrtraceError
+    says why (a TypeError naming the argument where one is of the wrong type). Nothing is printed."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"analyze_dumps: path must be a str or os.PathLike, not {type(path).__name__}")
-    if prefix is not None and not isinstance(prefix, str):
-        raise TypeError(f"analyze_dumps: prefix must be a str or None, not {type(prefix).__name__}")
+    for name, value in (("prefix", prefix), ("ray", ray)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"analyze_dumps: {name} must be a str or None, not {type(value).__name__}")
+    if not isinstance(node_local, bool):
+        raise TypeError(f"analyze_dumps: node_local must be a bool, not {type(node_local).__name__}")
+    if node_local and ray is None:
+        raise UsageError("analyze_dumps: node_local says the dumps lie on each node of a Ray cluster; give ray=ADDRESS")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))):
+        raise TypeError(f"analyze_dumps: timeout must be a number of seconds or None, not {type(timeout).__name__}")
+    if timeout is not None and not 0 < timeout <= 3600:
+        raise UsageError(f"analyze_dumps: timeout must be above 0 and at most 3600 seconds, not {timeout:g}")
     jobs = _count_argument("jobs", jobs, "reading processes (None: the CPUs this process may use)")
     group_world_size = _count_argument("group_world_size", group_world_size, "ranks in one torchft replica group")
     trace_dir = os.fspath(path)
     collecting = gc.isenabled()
     gc.disable()  # millions of small tuples with no cycles: the collector would only rescan them
     try:
-        with discovered(trace_dir, prefix) as discovery:
+        with ExitStack() as stack:
+            cluster = None
+            if ray is not None:
+                from .reading.cluster import TIMEOUT, Cluster
+
+                cluster = stack.enter_context(Cluster(ray, timeout or TIMEOUT))
+            discovery = stack.enter_context(discovered(trace_dir, prefix, cluster, node_local))
             loaded, table = load_set(discovery, trace_dir, prefix, io.StringIO(), jobs=jobs or default_jobs(),
-                                     ft_group_world_size=group_world_size)
+                                     ft_group_world_size=group_world_size, cluster=cluster)
         return analyzed(loaded, table, trace_dir, discovery.identities)
     finally:
         if collecting:

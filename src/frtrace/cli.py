@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -58,6 +59,8 @@ class Options:
     sqlite: str | None = None
     stats: bool = False
     timeout: float | None = None  # seconds a store may take to answer (a URL's dumps); None: reading.remote's
+    ray: str | None = None  # the Ray cluster that reads the files (--ray ADDRESS)
+    node_local: bool = False  # the folder is each Ray node's own disk
 
 
 class _Parser(argparse.ArgumentParser):
@@ -130,7 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="read dump files in N processes (default: the CPUs this process may use)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="dumps at a URL: seconds the store may take to answer each request (default 60)")
+                        help="dumps at a URL: seconds the store may take to answer each request; with --ray: seconds "
+                             "without a task of the cluster done (default 60)")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS",
+                        help="read the files as tasks of a Ray cluster (auto, HOST:PORT or ray://HOST:PORT): on a path "
+                             "every node shares, or a URL; needs frtrace[ray] here and on every node")
+    parser.add_argument("--node-local", "--node_local", dest="node_local", action="store_true",
+                        help="with --ray: the dump folder is each node's own disk, the same path on every node; each "
+                             "node reads its own files")
     parser.add_argument("--version", action="version", version=f"frtrace {__version__}")
     return parser
 
@@ -187,6 +197,8 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         raise UsageError(f"--timeout must be above 0 and at most 3600 seconds, not {args.timeout:g}")
     if args.output == "-":
         raise UsageError("-o writes a binary pickle; give a file name, not '-'")
+    if args.node_local and args.ray is None:
+        raise UsageError("--node-local says the dumps lie on each node of a Ray cluster; give the cluster with --ray ADDRESS")
     return Options(
         trace_dir=trace_dir,
         prefix=args.prefix,
@@ -213,6 +225,8 @@ def parse_options(argv: Sequence[str] | None, stderr_is_tty: bool = False) -> Op
         sqlite=args.sqlite,
         stats=args.stats,
         timeout=args.timeout,
+        ray=args.ray,
+        node_local=args.node_local,
     )
 
 
@@ -265,11 +279,17 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
         from .reading import remote
 
         remote.TIMEOUT = options.timeout
-    with discovered(options.trace_dir, options.prefix) as discovery:
+    with ExitStack() as stack:
+        cluster = None
+        if options.ray is not None:
+            from .reading.cluster import TIMEOUT, Cluster
+
+            cluster = stack.enter_context(Cluster(options.ray, options.timeout or TIMEOUT))
+        discovery = stack.enter_context(discovered(options.trace_dir, options.prefix, cluster, options.node_local))
         plans = plan_outputs(_requested_outputs(options), options.trace_dir, discovery.identities)
         loaded, table = load_set(discovery, options.trace_dir, options.prefix, err, jobs=options.jobs,
                                  progress=options.progress, ft_group_world_size=options.ft_group_world_size,
-                                 times=_reads_times(options))
+                                 times=_reads_times(options), cluster=cluster)
     if options.just_print_entries:
         _check_selection(options, loaded.dumps, table)
         _printed(out, lambda: render_entries(loaded.dumps, table, out, selected_ranks=options.selected_ranks,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import islice
@@ -623,18 +623,30 @@ class _Reader:
         return self.packer.pack(result) if isinstance(result, CompactDump) else result
 
 
+def read_pickled(jobs: list[tuple], workers: int, times: bool) -> Iterator[bytes]:
+    """The answers to `jobs`, in order, each the pickle a worker sent (for a Ray task to send
+    on: reading.cluster); a file that crashes or exhausts its reader costs that file."""
+    return worker_processes.in_workers(_Reader(times), jobs, min(workers, len(jobs)), pickled=True)
+
+
 def _load_all(jobs: list[tuple[str, int]], workers: int, progress: bool,
-              times: bool) -> Iterator[tuple | DumpError | InternalError]:
+              times: bool, read: Callable | None = None) -> Iterator[tuple | DumpError | InternalError]:
     """Results in job order, from worker processes: a file that crashes or exhausts its reader
     costs that file, never the run. workers=0 reads in this process (for tests only). A dump
-    comes packed (wire.Packer), for a wire.Unpacker of the same load."""
+    comes packed (wire.Packer), for a wire.Unpacker of the same load. `read(jobs, times)`:
+    results in job order from elsewhere (a Ray cluster: reading.cluster)."""
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(jobs), desc="loading dumps", unit="file", file=sys.stderr, leave=False)
     reader = _Reader(times)  # in each worker its own copy, which has sent nothing yet
-    results = map(reader, jobs) if workers <= 0 else worker_processes.in_workers(reader, jobs, min(workers, len(jobs)))
+    if read is not None:
+        results = read(jobs, times)
+    elif workers <= 0:
+        results = map(reader, jobs)
+    else:
+        results = worker_processes.in_workers(reader, jobs, min(workers, len(jobs)))
     try:
         for result in results:
             yield result
@@ -658,7 +670,7 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
 
 
 def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1, bound_by_configs: bool = True,
-               times: bool = True) -> LoadResult:
+               times: bool = True, read: Callable | None = None) -> LoadResult:
     """Read every rank's dump; a file that cannot be used is skipped with its reason.
 
     Files are read in `workers` processes, each sending back a compact form. When a rank has a
@@ -668,7 +680,8 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
     file is raised: a bug of frtrace's is never turned into a skipped, then blamed, rank.
     A file from an archive is read from its copy (DumpFile.source) and named by its member.
     Without `times`, the entries' times are checked as ever but stay in the workers (their
-    columns Unread): for callers whose outputs never read them.
+    columns Unread): for callers whose outputs never read them. `read`: where the files are
+    read instead of local workers (a Ray cluster's tasks: reading.cluster.Cluster.read).
     """
 
     def job(dump_file: DumpFile) -> tuple:
@@ -695,12 +708,12 @@ def load_dumps(discovery: Discovery, *, progress: bool = False, workers: int = 1
             used[rank] = dump_file
 
     firsts = [files[0] for files in choices.values()]
-    for dump_file, result in zip(firsts, _load_all([job(f) for f in firsts], workers, progress, times)):
+    for dump_file, result in zip(firsts, _load_all([job(f) for f in firsts], workers, progress, times, read)):
         take(dump_file.rank, dump_file, result)
     for rank, files in choices.items():
         for dump_file in files[1:]:
             if rank not in used:  # the first choice failed: fall back to its twin in the other format
-                take(rank, dump_file, next(_load_all([job(dump_file)], workers, False, times)))
+                take(rank, dump_file, next(_load_all([job(dump_file)], workers, False, times, read)))
             else:
                 notes.append(f"{display_path(dump_file.path)}: another format of {display_path(used[rank].path)}; not read")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import display_path, printable
@@ -197,9 +198,12 @@ def read_stacks(path: str) -> tuple[list[Thread] | None, str | None]:
     return found, None
 
 
-def read_stack_files(files: tuple[tuple[int, str], ...], ranks: set[int]) -> tuple[dict[int, list[Thread]], list[str]]:
+def read_stack_files(files: tuple[tuple[int, str], ...], ranks: set[int],
+                     read: Callable[[str], tuple[list[Thread] | None, str | None]] = read_stacks,
+                     ) -> tuple[dict[int, list[Thread]], list[str]]:
     """The stack files of the job's ranks read ({rank: threads}), and a note for each file that
-    cannot serve, or that is a second one for its rank: a bad file costs that file only."""
+    cannot serve, or that is a second one for its rank: a bad file costs that file only. `read`:
+    read_stacks, or what gives its answer for files read elsewhere (a Ray node's own disk)."""
     stacks: dict[int, list[Thread]] = {}
     used: dict[int, str] = {}
     notes = []
@@ -209,7 +213,7 @@ def read_stack_files(files: tuple[tuple[int, str], ...], ranks: set[int]) -> tup
         elif rank in used:
             notes.append(f"{display_path(path)}: a second stack file of rank {rank}; {display_path(used[rank])} is used")
         else:
-            found, why = read_stacks(path)
+            found, why = read(path)
             if found is None:
                 notes.append(f"{display_path(path)}: {why}; rank {rank}'s Python stack is not used")
             else:

@@ -99,8 +99,9 @@ def _context():
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Iterator:
-    """load(job) for every job, in job order, from `workers` processes.
+def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int, pickled: bool = False) -> Iterator:
+    """load(job) for every job, in job order, from `workers` processes (`pickled`: each as the
+    bytes of its pickle, as the worker sent it: for a Ray task to send on).
 
     Files are handed out as workers answer, so a worker slowed down (a big file, a busy core)
     takes fewer; a batch holds one file until the answers show how big they come back, then as
@@ -223,9 +224,10 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int) -> Ite
                     answers = pickle.loads(message)
                     answered[0] += len(answers)
                     answered[1] += len(message)
-                    done.update(zip(given[pipe].popleft(), map(pickle.loads, answers)))
+                    done.update(zip(given[pipe].popleft(), answers if pickled else map(pickle.loads, answers)))
                     give(pipe)
-            yield done.pop(index)
+            answer = done.pop(index)
+            yield pickle.dumps(answer) if pickled and not isinstance(answer, bytes) else answer  # a file lost: its error
         for pipe in given:
             try:
                 pipe.send(None)

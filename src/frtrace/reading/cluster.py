@@ -1,0 +1,336 @@
+"""The reading spread over a Ray cluster (--ray ADDRESS): the per-file work of reading.workers
+run as Ray tasks where the files are, the analysis and the outputs left to the caller.
+
+Two ways:
+- A shared path (a shared filesystem, or a URL): the caller lists the set as ever (discover,
+  remote), and the files are read by tasks of up to _TASK_FILES files, spread over the
+  cluster's CPUs.
+- --node-local: the path is each node's own disk (a local TORCH_FR_DUMP_TEMP_FILE). A task per
+  alive node, pinned to it, walks its view of the path (discover.walked); the caller chooses the
+  job's files from every node's listing as from one folder whose subfolders are the nodes
+  (node-a/nccl_trace_rank_3: a node's files are known as `node-a:/its/path`), then each node's
+  files, and the stack files beside them, are read by tasks pinned to it. The caller never
+  opens a dump; two nodes holding one rank is the two-files error, naming each node and path.
+
+A task reads its files as the local loader does, in a worker process of its own
+(reading.workers: a file that crashes or exhausts it costs that file, never the task), and sends
+each answer back pickled on its own, as a local worker does; the caller unpacks them in job
+order with its one wire.Unpacker, so the outputs are a local run's on the same files. Tasks are
+never retried (max_retries=0): a node that dies, or does not answer within the deadline (no task
+done for --timeout seconds), costs its files, each said as not read with why; a cluster that
+cannot be reached is one line. Ray's own logs never reach standard output.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+from ..errors import DumpError, UsageError, display_path, printable
+from ..types import SkippedFile
+from .discover import Discovery, DumpFile, Found, finish, walked
+
+_TASK_FILES = 256  # files one task reads at most: a task's answers are held whole until it ends
+_TASKS_PER_CPU = 4  # tasks a CPU of the cluster is given over a run, at least: the slow ones are not all one node's
+_IN_FLIGHT_PER_CPU = 2  # tasks submitted ahead per CPU: answers waiting in the object store stay bounded
+TIMEOUT = 60.0  # seconds without a task done before the rest is given up (--timeout)
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs Ray, which is not installed here: pip install 'frtrace[ray]' (and frtrace on every "
+                         "node of the cluster)") from None
+    return ray
+
+
+class Node:
+    """An alive node of the cluster: its id, the name frtrace gives it, its CPUs."""
+
+    def __init__(self, node_id: str, label: str, cpus: int) -> None:
+        self.id, self.label, self.cpus = node_id, label, cpus
+
+
+class Cluster:
+    """A connection to a Ray cluster, as a driver, and what is read through it; close() ends it
+    (where this connected; a process already a driver keeps its connection)."""
+
+    def __init__(self, address: str, timeout: float = TIMEOUT) -> None:
+        self.ray = _ray()
+        self.address, self.timeout = address, timeout
+        self.node_of: dict[str, str] = {}  # a node-local file's name (node:path) -> the node that holds it
+        self.owned = not self.ray.is_initialized()
+        if self.owned:
+            self._connect()
+        self._remote = {}
+
+    def _connect(self) -> None:
+        """ray.init under a deadline: an address where nothing answers is one line, never a wait."""
+        said: list = []
+
+        def connect() -> None:
+            try:
+                self.ray.init(address=self.address, logging_level=logging.ERROR, log_to_driver=False,
+                              configure_logging=True, namespace="frtrace")
+                said.append(None)
+            except Exception as exc:  # noqa: BLE001 - whatever Ray raises for an address it cannot use
+                said.append(exc)
+
+        thread = threading.Thread(target=connect, name="frtrace-ray-connect", daemon=True)
+        thread.start()
+        thread.join(self.timeout)
+        shown = printable(self.address)
+        if not said:
+            raise UsageError(f"--ray {shown}: the Ray cluster did not answer within {self.timeout:g} s; check the address "
+                             "(HOST:PORT of its head, ray://HOST:PORT, or auto on one of its nodes) and --timeout")
+        if said[0] is not None:
+            raise UsageError(f"--ray {shown}: cannot reach the Ray cluster ({_reason(said[0])}); start it (ray start "
+                             "--head) or check the address") from None
+
+    def close(self) -> None:
+        if self.owned and self.ray.is_initialized():
+            self.ray.shutdown()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
+    def nodes(self) -> list[Node]:
+        """The alive nodes that have CPUs, by name; names shared by several nodes (one host's
+        nodes under its address) are told apart by their ids."""
+        alive = [n for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        names = [printable(str(n.get("NodeName") or n.get("NodeManagerAddress") or n["NodeID"][:12])) for n in alive]
+        found = [Node(n["NodeID"], name if names.count(name) == 1 else f"{name}-{n['NodeID'][:8]}",
+                      max(1, int(n["Resources"]["CPU"]))) for n, name in zip(alive, names)]
+        return sorted(found, key=lambda node: node.label)
+
+    def _task(self, function, node: Node | None = None):
+        """`function` as a Ray task, pinned to `node` where given, never retried."""
+        remote = self._remote.get(function)
+        if remote is None:
+            remote = self._remote[function] = self.ray.remote(num_cpus=1, max_retries=0)(function)
+        if node is None:
+            return remote
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False))
+
+    def _outcomes(self, refs: dict) -> Iterator[tuple[object, object, str | None]]:
+        """(key, value, None) for each task of `refs` (ref -> key) as it ends, or (key, None, why it
+        gave nothing): its node died or could not be reached, Ray failed it, or no task ended
+        within the deadline (the rest then cancelled)."""
+        pending = dict(refs)
+        deadline = time.monotonic() + self.timeout
+        while pending:
+            for ref, key, value, why in self._step(pending, deadline):
+                del pending[ref]
+                yield key, value, why
+            deadline = time.monotonic() + self.timeout
+
+    def _step(self, pending: dict, deadline: float) -> list[tuple]:
+        """(ref, key, value, why) of the tasks of `pending` that ended, waiting for one until
+        `deadline`; past it, every one of them, cancelled, with the deadline as why."""
+        done, _ = self.ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not done:
+            for ref in pending:
+                self.ray.cancel(ref, force=True)
+            return [(ref, key, None, self._late()) for ref, key in pending.items()]
+        ended = []
+        for ref in done:
+            try:
+                ended.append((ref, pending[ref], self.ray.get(ref), None))
+            except Exception as exc:  # noqa: BLE001 - a node lost, a worker killed, frtrace missing there
+                ended.append((ref, pending[ref], None, _failure(exc)))
+        return ended
+
+    def _late(self) -> str:
+        return f"its Ray node did not answer within {self.timeout:g} s (--timeout)"
+
+    # ------------------------------------------------------------------------------ node-local
+    def discover_on_nodes(self, path: str, prefix: str | None) -> Discovery:
+        """The dump set whose files lie on the nodes' own disks at `path`: one listing task per
+        alive node; a node that cannot be listed is said, its ranks then missing."""
+        nodes = self.nodes()
+        if not nodes:
+            raise UsageError(f"--ray {printable(self.address)}: the cluster has no alive node with a CPU to read on")
+        bare = os.path.basename(prefix) if prefix is not None else None
+        refs = {self._task(_walk_here, node).remote(path, bare): node for node in nodes}
+        merged = Found()
+        listed: dict[str, Found] = {}
+        for node, found, why in self._outcomes(refs):
+            if why is not None:
+                merged.skipped.append(SkippedFile(f"{node.label}:{display_path(path)}",
+                                                  f"the node could not be listed ({why}); its dumps, if any, were not read"))
+            elif isinstance(found, str):
+                merged.ignored.append(SkippedFile(f"{node.label}:{display_path(path)}", found))
+            else:
+                listed[node.label] = found
+        for node in nodes:
+            if node.label in listed:
+                self._merge(merged, listed[node.label], node)
+        return finish(merged, prefix is not None)
+
+    def _merge(self, merged: Found, found: Found, node: Node) -> None:
+        """A node's listing into the cluster's, its files named node:path under the folder node/."""
+        label = node.label
+
+        def named(path: str) -> str:
+            shown = f"{label}:{path}"
+            self.node_of[shown] = node.id
+            return shown
+
+        def moved(dump_file: DumpFile) -> DumpFile:
+            return replace(dump_file, path=named(dump_file.path), where=f"{label}/{dump_file.where}",
+                           stem=f"{label}/{dump_file.stem}", host=label, source=dump_file.path)
+
+        merged.candidates += map(moved, found.candidates)
+        merged.empty += map(moved, found.empty)
+        merged.unreadable += [(moved(f), why) for f, why in found.unreadable]
+        merged.not_files += [(moved(f), why) for f, why in found.not_files]
+        merged.ignored += [replace(s, path=f"{label}:{s.path}") for s in found.ignored]
+        merged.skipped += [replace(s, path=f"{label}:{s.path}") for s in found.skipped]
+        merged.marked |= {f"{label}:{path}" for path in found.marked}
+        merged.stacks += [(rank, named(path)) for rank, path in found.stacks]
+
+    def read_stacks(self, paths: list[str]) -> dict[str, tuple]:
+        """The node-local stack files named, read and parsed on their nodes: path -> (threads,
+        why), as stacks.read_stacks gives for a file at hand."""
+        by_node: dict[str, list[str]] = {}
+        for path in paths:
+            by_node.setdefault(self.node_of[path], []).append(path)
+        nodes = {node.id: node for node in self.nodes()}
+        refs = {}
+        read: dict[str, tuple] = {}
+        for node_id, named in by_node.items():
+            if node_id not in nodes:
+                read.update((path, (None, "its Ray node is gone")) for path in named)
+                continue
+            local = [path.split(":", 1)[1] for path in named]
+            refs[self._task(_stacks_here, nodes[node_id]).remote(local)] = named
+        for named, answers, why in self._outcomes(refs):
+            for path, answer in zip(named, answers or [(None, why)] * len(named)):
+                read[path] = answer
+        return read
+
+    # ------------------------------------------------------------------------------ reading
+    def read(self, jobs: list[tuple], times: bool) -> Iterator[object]:
+        """The answers to `jobs` (loader jobs), in order, read by the cluster's tasks: a node's
+        own files on it (node-local), others anywhere. A file whose task gave nothing is a
+        DumpError saying why."""
+        import pickle
+
+        nodes = {node.id: node for node in self.nodes()}
+        queue, gone = self._tasks(jobs, nodes)
+        answers: dict[int, object] = {index: DumpError(jobs[index][0], _not_read("its Ray node is gone")) for index in gone}
+        queue.reverse()  # popped from the end: in job order
+        in_flight = max(1, sum(node.cpus for node in nodes.values()) * _IN_FLIGHT_PER_CPU)
+        shared = not self.node_of
+        pending: dict = {}  # ref -> the indices of the jobs it reads
+        next_index, deadline = 0, time.monotonic() + self.timeout
+        while queue or pending:
+            while queue and len(pending) < in_flight:
+                node, indices = queue.pop()
+                pending[self._task(_read_here, node).remote([jobs[i] for i in indices], times, shared)] = indices
+            for ref, indices, pickled, why in self._step(pending, deadline):
+                del pending[ref]
+                for index, answer in zip(indices, pickled or [None] * len(indices)):
+                    answers[index] = pickle.loads(answer) if why is None else DumpError(jobs[index][0], _not_read(why))
+                if why == self._late():  # the cluster stopped answering: nothing more is asked of it
+                    late = _not_read(f"the Ray cluster did not answer within {self.timeout:g} s (--timeout), so it was "
+                                     "not asked for")
+                    answers.update((i, DumpError(jobs[i][0], late)) for _, waiting in queue for i in waiting)
+                    queue.clear()
+            deadline = time.monotonic() + self.timeout
+            while next_index in answers:
+                yield answers.pop(next_index)
+                next_index += 1
+        while next_index in answers:
+            yield answers.pop(next_index)
+            next_index += 1
+
+    def _tasks(self, jobs: list[tuple], nodes: dict[str, Node]) -> tuple[list[tuple[Node | None, list[int]]], list[int]]:
+        """The jobs in tasks of at most _TASK_FILES, a node-local file's pinned to its node; and
+        the jobs whose node is gone (never read elsewhere: another node's file of that path is
+        another file)."""
+        cpus = max(1, sum(node.cpus for node in nodes.values()))
+        size = max(1, min(_TASK_FILES, -(-len(jobs) // (cpus * _TASKS_PER_CPU))))
+        by_node: dict[str | None, list[int]] = {}
+        for index, job in enumerate(jobs):
+            by_node.setdefault(self.node_of.get(job[0]), []).append(index)
+        tasks, gone = [], []
+        for node_id, indices in by_node.items():
+            if node_id is not None and node_id not in nodes:
+                gone += indices
+                continue
+            node = nodes[node_id] if node_id is not None else None
+            tasks += [(node, indices[start:start + size]) for start in range(0, len(indices), size)]
+        tasks.sort(key=lambda task: task[1][0])
+        return tasks, gone
+
+
+def _not_read(why: str) -> str:
+    return f"not read: {why}; the file itself may be fine"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return printable(f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__)
+
+
+def _failure(exc: BaseException) -> str:
+    """Why a task gave nothing, in a line: what Ray says, the task's own error where it raised one."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, ImportError):
+        return f"frtrace cannot run on its Ray node ({_reason(cause)}): install frtrace[ray] on every node"
+    name = type(exc).__name__
+    if "NodeDied" in name or "Unschedulable" in name or "ObjectLost" in name or "OwnerDied" in name:
+        return f"its Ray node died or left the cluster ({name})"
+    if "WorkerCrashed" in name:
+        return f"the Ray worker reading it died ({name}: killed, or out of memory)"
+    return f"its Ray task failed ({_reason(cause if isinstance(cause, BaseException) else exc)})"
+
+
+# ---------------------------------------------------------------------------------- the tasks
+# Run on the cluster's nodes (Ray imports this module there): each returns plain data.
+
+def _walk_here(path: str, prefix: str | None) -> Found | str:
+    """This node's listing of `path`, or why there is none."""
+    import stat as stat_module
+
+    try:
+        if not stat_module.S_ISDIR(os.stat(path).st_mode):
+            return "not a folder on this node"
+    except OSError as exc:
+        return f"not on this node ({exc.strerror})"
+    return walked(path, prefix)
+
+
+def _read_here(jobs: list[tuple], times: bool, shared: bool) -> list[bytes]:
+    """The answers to `jobs`, read on this node by one worker process, each pickled. `shared`:
+    the caller found the files itself, so one missing here says the path is not shared."""
+    import pickle
+    import socket
+
+    from ..loader import read_pickled
+
+    answers = list(read_pickled(jobs, 1, times))
+    for index, job in enumerate(jobs):
+        if shared and "://" not in job[0] and not os.path.exists(job[2] if len(job) > 2 else job[0]):
+            answers[index] = pickle.dumps(DumpError(job[0], f"not found on the Ray node {printable(socket.gethostname())}, "
+                                                            "though this machine sees it: is the folder shared by every "
+                                                            "node? (dumps on each node's own disk: --node-local)"))
+    return answers
+
+
+def _stacks_here(paths: list[str]) -> list[tuple]:
+    """The stack files `paths` on this node, read and parsed: (threads, why) each."""
+    from .stacks import read_stacks
+
+    return [read_stacks(path) for path in paths]

@@ -1,0 +1,188 @@
+"""A real Ray cluster of several nodes on this machine, for the --ray tests and benchmarks.
+
+Each node is a `ray start --block` process (a real raylet with its own node id, named with
+--node-name). Where `views` is given, each node runs in a mount namespace of its own (unshare -m,
+as root) in which `path` is a bind mount of that node's own folder: tasks pinned to the node see
+its files and no other's, as on hosts with local disks, while the caller, outside, sees what its
+own `path` holds (nothing). Everything is ended by pid: the `ray start` processes and every
+process descended from them (raylets, GCS, workers), found before any is signalled; never
+`ray stop`, which ends every Ray process on the machine.
+
+    with RayCluster(nodes=3, views={"node-a": dir_a, ...}, path="/frtrace-node-local") as cluster:
+        frtrace -d /frtrace-node-local --node-local --ray cluster.address
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def ray_available() -> str | None:
+    """Why a Ray cluster cannot be started here, or None where it can."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return "Ray is not installed (pip install 'frtrace[ray]')"
+    if shutil.which("ray", path=str(Path(sys.executable).parent)) is None:
+        return "the ray command is not beside this Python"
+    return None
+
+
+def namespaces_available() -> str | None:
+    """Why nodes cannot each have their own view of one path here, or None where they can."""
+    if os.geteuid() != 0:
+        return "node-local views need root (unshare -m and a bind mount)"
+    if shutil.which("unshare") is None:
+        return "no unshare command"
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
+    return None if probe.returncode == 0 else f"unshare -m fails here: {probe.stderr.decode(errors='replace').strip()}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc."""
+    children, found, todo = _children(), [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class RayCluster:
+    """A head node and `nodes - 1` more, each with `cpus` CPUs; `views`: node name -> the folder
+    its `path` shows (nodes named there are the cluster's nodes, the head first)."""
+
+    def __init__(self, nodes: int = 2, cpus: int = 1, views: dict[str, str] | None = None, path: str | None = None,
+                 head_cpus: int | None = None) -> None:
+        self.names = list(views) if views else [f"node-{chr(ord('a') + i)}" for i in range(nodes)]
+        self.cpus, self.views, self.path = cpus, views, path
+        self.head_cpus = cpus if head_cpus is None else head_cpus
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.ray = str(Path(sys.executable).parent / "ray")
+        self.logs = Path(tempfile.mkdtemp(prefix="frtrace-ray-logs-"))  # what each `ray start` said
+
+    def _start(self, name: str, head: bool) -> None:
+        args = [self.ray, "start", "--block", "--disable-usage-stats", f"--node-name={name}",
+                f"--num-cpus={self.head_cpus if head else self.cpus}"]
+        args += ([f"--head", f"--port={self.port}", "--include-dashboard=false", "--node-ip-address=127.0.0.1"] if head
+                 else [f"--address={self.address}", "--node-ip-address=127.0.0.1"])
+        if self.views is not None:
+            view = self.views[name]
+            script = f'mkdir -p "{self.path}" && mount --bind "{view}" "{self.path}" && exec "$@"'
+            args = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *args]
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        log = self.logs / f"{name}.log"
+        with open(log, "wb") as out:
+            self.processes[name] = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                                    start_new_session=True)
+
+    def start(self, timeout: float = 90) -> RayCluster:
+        import ray
+
+        self._start(self.names[0], head=True)
+        self._wait_for(1, timeout)
+        for count, name in enumerate(self.names[1:], start=2):  # one at a time: raylets starting together take one port
+            self._start(name, head=False)
+            self._wait_for(count, timeout)
+        del ray
+        return self
+
+    def alive_nodes(self) -> list[dict]:
+        """ray.nodes() of the alive nodes, asked in a process of its own (the caller stays no driver)."""
+        code = ("import json, ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
+                "print(json.dumps([{'id': n['NodeID'], 'name': n.get('NodeName'), 'cpus': n['Resources'].get('CPU', 0)} "
+                "for n in ray.nodes() if n['Alive']]))" % self.address)
+        said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+        if said.returncode != 0:
+            return []
+        import json
+
+        return json.loads(said.stdout.strip().splitlines()[-1])
+
+    def _wait_for(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(self.alive_nodes()) >= count:
+                return
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    said = (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"ray start of {name} ended with status {process.returncode}: {said}")
+            time.sleep(1)
+        raise RuntimeError(f"{count} Ray nodes were not up within {timeout} s")
+
+    def kill(self, name: str) -> None:
+        """The node `name` killed outright (SIGKILL to it and everything below it), as a host that dies."""
+        process = self.processes.pop(name)
+        below = descendants(process.pid)
+        for pid in [process.pid, *below]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        everything = {name: [p.pid, *descendants(p.pid)] for name, p in self.processes.items()}
+        for name in reversed(list(self.processes)):  # the head last
+            process = self.processes[name]
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for pids in everything.values():
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.processes.clear()
+
+    def __enter__(self) -> RayCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *_) -> None:
+        self.stop()
