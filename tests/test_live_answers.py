@@ -15,7 +15,7 @@ import tracemalloc
 import pytest
 
 from conftest import FIXTURES
-from frtrace import cli
+from frtrace import commands
 from frtrace.cli import main
 from frtrace.errors import UsageError
 from frtrace.live import fetch
@@ -44,7 +44,7 @@ def test_memory_stays_that_of_a_few_chunks_however_many_ranks_answer_how_much(tm
         peaks.append(tracemalloc.get_traced_memory()[1])
         raise UsageError("measured")
 
-    monkeypatch.setattr(cli, "analyze_dumps", measured)
+    monkeypatch.setattr(commands, "analyze_dumps", measured)
     out = tmp_path / "snap"
     tracemalloc.start()
     try:
@@ -132,7 +132,7 @@ def test_a_stop_between_the_two_snapshots_leaves_nothing_beside_the_folder_eithe
             raise KeyboardInterrupt
         sleep(seconds)
 
-    monkeypatch.setattr(cli.time, "sleep", interrupted)
+    monkeypatch.setattr(time, "sleep", interrupted)
     assert main(["live", "--workers", _url(_worker(trace)), "-O", str(tmp_path / "snap"), "--interval", "1"]) == 130
     assert "interrupted" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 import difflib
 import gc
-import json
 import os
 import shlex
-import shutil
 import signal
 import sys
 import tempfile
 import threading
-import time
 import traceback
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -21,15 +18,15 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .api import analysis_of, analyze_dumps, analyzed, default_jobs, discovered, load_set, read_set, requested_output, stage_output
-from .reading.anchor import anchor_relative_seqs
-from .errors import FrtraceError, InternalError, OutputError, UsageError, display_path, printable
+from .api import analyzed, default_jobs, discovered, load_set, requested_output, stage_output
+from .commands import CompareOptions, LiveOptions, ReplayOptions, run_compare, run_live, run_replay
+from .errors import (EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, EXIT_INTERNAL, FrtraceError, InternalError, OutputError,
+                     UsageError, printable)
 from .matcher import format_ranks
-from .outputs.commit import Outputs, plan_outputs, resolved
+from .outputs.commit import Outputs, plan_outputs
 from .outputs.report import SCHEMAS, render_entries, schema_text
 from .outputs.timeline import DEFAULT_TRACE_RANKS, TRACE_EVERY_RANK_UP_TO, chosen_ranks
-
-EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3
+from .terminal import TerminalSafe, printed, silence_stdout
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +289,7 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                                  times=_reads_times(options), cluster=cluster)
     if options.just_print_entries:
         _check_selection(options, loaded.dumps, table)
-        _printed(out, lambda: render_entries(loaded.dumps, table, out, selected_ranks=options.selected_ranks,
+        printed(out, lambda: render_entries(loaded.dumps, table, out, selected_ranks=options.selected_ranks,
                                              pg_filters=options.pg_filters))
         return EXIT_CLEAN
 
@@ -325,50 +322,11 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
                 from .outputs.stats import compute_stats, render_stats
 
                 render_stats(compute_stats(analysis, loaded.dumps), out)
-        _printed(out, report)
+        printed(out, report)
     if options.strict and loaded.skipped:
         print(f"frtrace: --strict: {len(loaded.skipped)} file(s) skipped; failing", file=err)
         return EXIT_ERROR
     return status
-
-
-# C0 controls but newline and tab, DEL and C1 controls: what a terminal acts on. Dump strings are
-# escaped when loaded; this is the last guard on everything the report prints.
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), *range(0x7f, 0xa0)] if c not in (0x0a, 0x09)}
-
-
-class TerminalSafe:
-    """A text stream that escapes control characters on their way to a terminal, and what its
-    encoding cannot hold (PYTHONIOENCODING=ascii, a latin-1 terminal) as backslash escapes."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-
-    def write(self, text: str) -> int:
-        text = text.translate(_CONTROLS)
-        try:
-            return self.stream.write(text)
-        except UnicodeEncodeError:  # raised before anything is written
-            encoding = getattr(self.stream, "encoding", None) or "ascii"
-            return self.stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-
-def _printed(out: TextIO, render) -> None:
-    """Run `render` into standard output and flush it. A reader that went away (`| head`) ends the
-    printing quietly, and the verdict still decides the status; a full or failing stdout is an
-    OutputError."""
-    try:
-        render()
-        out.flush()
-    except BrokenPipeError:
-        _silence_stdout()
-    except OSError as exc:
-        _silence_stdout()
-        raise OutputError(f"cannot write the report to standard output ({exc.strerror or exc}); "
-                          "nothing more was printed") from None
 
 
 class Interrupted(Exception):
@@ -377,13 +335,6 @@ class Interrupted(Exception):
 
 def _on_signal(signum, frame):
     raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
-def _silence_stdout() -> None:
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # no descriptor behind it (a test's stand-in)
-        pass
 
 
 def _internal_error(exc: BaseException, where: str, traceback_text: str) -> int:
@@ -488,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help and --version
         return exc.code if isinstance(exc.code, int) else EXIT_CLEAN
     except BrokenPipeError:  # while printing --help
-        _silence_stdout()
+        silence_stdout()
         return EXIT_CLEAN
     except InternalError as exc:
         return _internal_error(exc.summary, f"while reading {exc.where}: ", exc.traceback_text)
@@ -502,18 +453,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, stream in replaced.items():
             getattr(sys, name).flush()
             setattr(sys, name, stream)
-
-
-@dataclass(frozen=True, slots=True)
-class LiveOptions:
-    workers: tuple[str, ...] = ()
-    store: str | None = None
-    world: int | None = None
-    out_dir: str | None = None
-    timeout: float = 10.0
-    interval: float = 3.0
-    json_path: str | None = None
-    jobs: int = 1
 
 
 def parse_live(argv: Sequence[str]) -> LiveOptions:
@@ -558,126 +497,6 @@ def parse_live(argv: Sequence[str]) -> LiveOptions:
                        args.json_path, jobs)
 
 
-def run_live(options: LiveOptions, out: TextIO, err: TextIO) -> int:
-    """Fetch every rank at once into the snapshot folder, keep it, analyse it as a dump set."""
-    from .live.fetch import Answer, SnapshotFolder, store_workers, worker_url
-    from .reading.discover import SNAPSHOT_OTHER_RECORDER
-    from .reading.stacks import where_in
-
-    out_dir = options.out_dir or time.strftime("frtrace-live-%Y%m%d-%H%M%S")
-    with SnapshotFolder(out_dir) as snapshot:  # refused where it exists, before any rank is asked
-        if options.store:
-            urls, missing = store_workers(options.store, options.world, options.timeout)
-        else:
-            urls, missing = {rank: worker_url(text) for rank, text in enumerate(options.workers)}, {}
-        _one_worker_each(urls)
-        absent = [Answer(rank, "", None, None, why, 0.0) for rank, why in missing.items()]
-        for name in ("a", "b") if options.interval else ("",):
-            if name == "b":
-                time.sleep(options.interval)
-            answers = snapshot.take(name, urls, options.timeout, absent)
-            if all(a.error is not None for a in answers):  # nothing to keep: said, nothing written
-                reasons = sorted({a.error for a in answers if a.error})
-                raise UsageError(f"no rank answered ({'; '.join(reasons[:3])}): check the worker addresses and that the "
-                                 "job runs with the debug server on; nothing was written")
-        snapshot.keep()
-    later = os.path.join(out_dir, "b") if options.interval else out_dir
-    silent = [a for a in answers if a.error is not None]
-    for answer in silent:
-        if answer.refused:
-            print(f"frtrace: rank {answer.rank}'s answer was not kept: {answer.error}", file=err)
-        elif answer.url and answer.error == "no answer in time":
-            print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer within {options.timeout:g} s; "
-                  "its process may be gone or its host unreachable", file=err)
-        elif answer.url:
-            print(f"frtrace: rank {answer.rank} ({answer.url}) did not answer: {answer.error}", file=err)
-        else:
-            print(f"frtrace: rank {answer.rank}: {answer.error}", file=err)
-    for answer in answers:
-        if answer.stacks_error:
-            print(f"frtrace: rank {answer.rank}'s stacks were not kept ({answer.stacks_error}); its recorder was", file=err)
-    kept = (f"two snapshots {options.interval:g} s apart kept in {display_path(out_dir)} ({len(answers) - len(silent)} of "
-            f"{len(answers)} ranks; frtrace -d {display_path(later)} reads the later, frtrace compare "
-            f"{display_path(os.path.join(out_dir, 'a'))} {display_path(later)} compares them)" if options.interval else
-            f"snapshot of {len(answers) - len(silent)} of {len(answers)} ranks kept in {display_path(out_dir)} "
-            f"(frtrace -d {display_path(out_dir)} reads it again)")
-    print(f"frtrace: {kept}", file=err)
-    both = [a.rank for a in answers if a.other_file is not None]
-    if both:
-        print(f"frtrace: {'ranks' if len(both) > 1 else 'rank'} {format_ranks(both)}: the dumps are the NCCL recorders; the backend-neutral ones (gloo's ops) held "
-              f"entries too, kept in {display_path(os.path.join(later, SNAPSHOT_OTHER_RECORDER))} (frtrace -d reads it)",
-              file=err)
-    result = analyze_dumps(later, jobs=options.jobs)  # the manifest says who did not answer (reading/discover.py)
-    moved = _moved(analyze_dumps(os.path.join(out_dir, "a"), jobs=options.jobs), result) if options.interval else None
-    stacks = result.loaded.stacks  # the snapshot's stacks/ as the analysis read them (reading/stacks.py)
-    gone = {a.rank for a in silent}
-    places = {rank: at for rank in result.culprit_ranks
-              if (at := "did not answer" if rank in gone else where_in(stacks[rank]) if rank in stacks else None)}
-    now = [f"rank {rank} {place}" for rank, place in places.items()]
-    if options.json_path:
-        _live_json(options.json_path, result, out, err, out_dir, answers, places, moved)
-    if moved is not None and moved.verdict == "progressing":
-        if options.json_path != "-":
-            _printed(out, lambda: out.write(f"{moved.headline}\n"))
-        return EXIT_CLEAN
-    if options.json_path != "-":
-        lines = result.text().split("\n")
-        head = 2 if result.analysis.causes else 1  # the verdict, and its Cause line where it has one
-        said = [f"Now (the ranks' Python stacks): {'; '.join(now)}"] if now else []
-        said += [f"Between the two snapshots: {moved.headline}"] if moved is not None else []
-        _printed(out, lambda: out.write("\n".join(lines[:head] + said + lines[head:])))
-    return EXIT_CLEAN if result.verdict == "clean" and moved is None else EXIT_FOUND
-
-
-def _one_worker_each(urls: dict[int, str]) -> None:
-    """A UsageError where one worker address is given for two ranks: its answers would stand for both."""
-    seen: dict[str, int] = {}
-    for rank, url in sorted(urls.items()):
-        if url in seen:
-            raise UsageError(f"{printable(url)} is given for rank {seen[url]} and rank {rank}: one worker answers for one "
-                             "rank; give each rank's own address, in rank order")
-        seen[url] = rank
-
-
-def _live_json(path: str, result, out: TextIO, err: TextIO, out_dir: str, answers, places: dict[int, str], moved) -> None:
-    """The later snapshot's JSON report, with what only frtrace live knows under "live"."""
-    from .comparing.two_sets import comparison_dict
-
-    payload = result.as_dict()
-    payload["live"] = {
-        "snapshot": display_path(out_dir),
-        "silent": [{"rank": a.rank, "url": a.url, "error": a.error} for a in answers if a.error is not None],
-        "recorders": {a.rank: a.recorder for a in answers if a.error is None},
-        "now": [{"rank": rank, "where": place} for rank, place in places.items()],
-        "comparison": None if moved is None else comparison_dict(moved, None, __version__),
-    }
-    if path == "-":
-        _printed(out, lambda: out.write(json.dumps(payload, indent=2) + "\n"))
-        return
-    with Outputs(plan_outputs([requested_output("--json", path)], result.trace_dir, result.inputs)) as outputs:
-        outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
-        outputs.commit()
-        outputs.confirm(err)
-
-
-def _moved(earlier, later):
-    """The two snapshots compared as frtrace compare does (the later's analysis decides who)."""
-    from .comparing.two_sets import compare_sets
-
-    return compare_sets(earlier.loaded.dumps, earlier.table, later.loaded.dumps, later.table, later.analysis)
-
-
-@dataclass(frozen=True, slots=True)
-class CompareOptions:
-    earlier: str
-    later: str
-    prefix: str | None = None
-    timing: bool = False
-    head: int = 20
-    json_path: str | None = None
-    jobs: int = 1
-
-
 def parse_compare(argv: Sequence[str]) -> CompareOptions:
     parser = _Parser(prog="frtrace compare",
                      description="Compare two dump sets of one job, taken one after the other: which ranks moved, "
@@ -698,59 +517,6 @@ def parse_compare(argv: Sequence[str]) -> CompareOptions:
                           _jobs(args.jobs))
 
 
-def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
-    """Compare two sets as the options say; 0 progressing, 1 stuck or partly stuck."""
-    from .comparing.two_sets import compare_sets, comparison_dict, not_one_job, older, op_timings, render_comparison, same_set
-
-    requested = [("--json", options.json_path, "JSON comparison", False)] if options.json_path else []
-    sets, files = [], []
-    for path in (options.earlier, options.later):
-        with discovered(path, options.prefix) as discovery:
-            plans = plan_outputs(requested, path, discovery.identities)  # refused the same way for either set
-            files.append(discovery.identities)
-            if len(files) == 2 and files[0] == files[1]:  # before reading B: it is A
-                raise UsageError(f"{display_path(options.earlier)} and {display_path(options.later)} are the same dump set "
-                                 "(the same files): nothing can have moved between them; pass a set taken later as B")
-            sets.append(load_set(discovery, path, options.prefix, err, jobs=options.jobs, times=options.timing))
-    (loaded_a, table_a), (loaded_b, table_b) = sets
-    a, b = display_path(options.earlier), display_path(options.later)
-    if not loaded_a.dumps.keys() & loaded_b.dumps.keys():
-        raise UsageError(f"{a} and {b} share no rank: not two dumps of one job")
-    anchor_relative_seqs(loaded_a.dumps, table_a)
-    anchoring_b = anchor_relative_seqs(loaded_b.dumps, table_b)
-    difference = not_one_job(loaded_a.dumps, table_a, loaded_b.dumps, table_b, forward=False)
-    if not difference and older(loaded_a.dumps, loaded_b.dumps):
-        raise UsageError(f"every rank holds fewer records in {b} than in {a}: pass the earlier set first")
-    difference = difference or not_one_job(loaded_a.dumps, table_a, loaded_b.dumps, table_b)
-    if difference:
-        raise UsageError(f"{a} and {b} are not one job dumped twice: {difference}; compare two dump sets of one job, "
-                         "the earlier first")
-    analysis_b = analysis_of(loaded_b, table_b, anchoring_b)
-    comparison = compare_sets(loaded_a.dumps, table_a, loaded_b.dumps, table_b, analysis_b)
-    if same_set(loaded_a.dumps, loaded_b.dumps):  # a hung gloo job dumped twice is so too: said, not refused
-        comparison.headline += ("; every rank's dump is the same in A and B, record for record: if B is not a copy of A "
-                                "(its archive, say), the job made no progress at all between the two dumps")
-    timings = op_timings(loaded_a.dumps, table_a, loaded_b.dumps, table_b) if options.timing else None
-    if options.json_path:
-        payload = comparison_dict(comparison, timings, __version__)
-        with Outputs(plans) as outputs:
-            outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
-            outputs.commit()
-            outputs.confirm(err)
-    if options.json_path != "-":
-        _printed(out, lambda: render_comparison(comparison, timings, out, options.head))
-    return EXIT_CLEAN if comparison.verdict == "progressing" else EXIT_FOUND
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayOptions:
-    trace_dir: str
-    out_dir: str
-    mode: str = "as-recorded"
-    prefix: str | None = None
-    jobs: int = 1
-
-
 def parse_replay(argv: Sequence[str]) -> ReplayOptions:
     parser = _Parser(prog="frtrace replay",
                      description="Write a runnable replay of a dump set's communication: run it with "
@@ -767,46 +533,6 @@ def parse_replay(argv: Sequence[str]) -> ReplayOptions:
     parser.add_argument("--jobs", type=int, default=None, metavar="N", help="read dump files in N processes")
     args = parser.parse_args(argv)
     return ReplayOptions(args.trace_dir, args.out_dir, args.mode or "as-recorded", args.prefix, _jobs(args.jobs))
-
-
-def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
-    """Write the replay plan into a new folder; the dumps are never written to."""
-    from .replay.plan import build_plan
-
-    target = resolved(options.out_dir)  # through links: alias/replay with alias -> dumps is inside the dumps
-    source = resolved(options.trace_dir)
-    if target == source or target.startswith(source + os.sep) or source.startswith(target + os.sep):
-        raise UsageError(f"{display_path(options.out_dir)}: inside or around the dump set {display_path(options.trace_dir)}; "
-                         "write the replay somewhere else")
-    given = options.out_dir
-    if os.path.lexists(given) and (not os.path.isdir(given) or os.path.islink(given) or os.listdir(given)):
-        raise UsageError(f"{display_path(options.out_dir)}: exists and is not an empty folder; frtrace replay never writes "
-                         "over anything: choose a new folder")
-    loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs)
-    analysis = analysis_of(loaded, table)
-    plan = build_plan(loaded.dumps, table, analysis, options.mode)
-    try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".frtrace-replay-", dir=os.path.dirname(target))
-    except OSError as exc:
-        raise OutputError(f"{display_path(options.out_dir)}: cannot write the replay ({exc.strerror}); nothing was written") from None
-    try:
-        with open(os.path.join(staging, "plan.json"), "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(plan))  # the C encoder: json.dump with indent (pure Python) made a 256-rank plan 9.1 s, now 4.4 s
-        if os.path.isdir(target):
-            os.rmdir(target)  # empty, checked above
-        os.rename(staging, target)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise OutputError(f"{display_path(options.out_dir)}: cannot write the replay ({exc.strerror}); nothing was written") from None
-    ops = sum(len(v) for v in plan["ranks"].values())
-    print(f"wrote {display_path(options.out_dir)}/plan.json: {options.mode} replay of {plan['world_size']} ranks, {ops} ops "
-          f"(recorded verdict: {analysis.headline})", file=out)
-    for note in plan["notes"][:5]:
-        print(f"  note: {note}", file=out)
-    print(f"run it: python -m frtrace.replay {display_path(options.out_dir)} --backend gloo   "
-          "(needs torch: pip install 'frtrace[replay]')", file=out)
-    return EXIT_CLEAN
 
 
 def _signal_number(exc: BaseException | None) -> int:

@@ -24,6 +24,9 @@ def display_path(path: str) -> str:
     return printable(os.fsencode(path).decode("utf-8", "backslashreplace"))
 
 
+EXIT_CLEAN, EXIT_FOUND, EXIT_ERROR, EXIT_INTERNAL = 0, 1, 2, 3  # what every command exits with
+
+
 class FrtraceError(Exception):
     """Base class: the message names the file or rank and says what to do."""
 

@@ -135,14 +135,14 @@ class Tools:
                 "evidence": report["evidence"] if finding.root_cause else []}
 
     def compare_sets(self, earlier: str, later: str) -> dict[str, Any]:
-        from .cli import CompareOptions, run_compare
+        from .commands import CompareOptions, run_compare
 
         options = CompareOptions(self.roots.check(earlier, "earlier"), self.roots.check(later, "later"))
         return self._json_of(lambda path: run_compare(replace(options, json_path=path), io.StringIO(), io.StringIO()))
 
     def live_snapshot(self, out_dir: str, store: str | None = None, workers: list[str] | None = None,
                       interval: float = 3.0) -> dict[str, Any]:
-        from .cli import LiveOptions, run_live
+        from .commands import LiveOptions, run_live
 
         if not store and not workers:
             raise UsageError("give the job's store (HOST:PORT, its MASTER_ADDR:MASTER_PORT) or its workers' addresses")
