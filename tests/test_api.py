@@ -101,3 +101,36 @@ def test_the_api_refuses_what_the_command_refuses_naming_the_argument(argument, 
     with pytest.raises(error) as raised:
         frtrace.analyze_dumps(**arguments)
     assert said in str(raised.value)
+
+
+PAIRS = FIXTURES / "pairs"
+
+
+@pytest.mark.parametrize("pair", ["twice_hang_rank2", "twice_healthy"])
+@pytest.mark.parametrize("timing", [False, True])
+def test_compare_sets_says_and_writes_what_frtrace_compare_does(pair, timing, tmp_path, capfd):
+    a, b = str(PAIRS / pair / "a"), str(PAIRS / pair / "b")
+    extra = ["--timing"] if timing else []
+    code = main(["compare", a, b, *extra, "--json", str(tmp_path / "cli.json")])
+    printed = capfd.readouterr().out
+
+    compared = frtrace.compare_sets(a, b, timing=timing, jobs=1)
+    compared.write_json(str(tmp_path / "api.json"))
+    assert capfd.readouterr() == ("", "")  # nothing printed
+    assert code == (0 if compared.verdict == "progressing" else 1)
+    assert compared.text() == printed and compared.headline in printed
+    assert (tmp_path / "api.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
+    assert json.loads((tmp_path / "api.json").read_text())["verdict"] == compared.verdict
+
+
+def test_compare_sets_refuses_what_the_command_refuses_and_names_its_arguments(tmp_path):
+    a = str(PAIRS / "twice_healthy" / "a")
+    with pytest.raises(frtrace.UsageError, match="are the same dump set"):
+        frtrace.compare_sets(a, a)
+    with pytest.raises(TypeError, match="compare_sets: later must be a str or os.PathLike, not int"):
+        frtrace.compare_sets(a, 3)
+    with pytest.raises(frtrace.UsageError, match="compare_sets: jobs must be at least 1"):
+        frtrace.compare_sets(a, str(PAIRS / "twice_healthy" / "b"), jobs=0)
+    compared = frtrace.compare_sets(a, str(PAIRS / "twice_healthy" / "b"))
+    with pytest.raises(frtrace.UsageError):  # never over a file of either set
+        compared.write_json(str(PAIRS / "twice_healthy" / "a" / next(iter(sorted(os.listdir(a))))))

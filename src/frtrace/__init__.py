@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["DumpError", "FrtraceError", "OutputError", "Result", "UsageError", "__version__", "analyze_dumps"]
+__all__ = ["Compared", "DumpError", "FrtraceError", "OutputError", "Result", "UsageError", "__version__", "analyze_dumps",
+           "compare_sets"]
 
 if TYPE_CHECKING:
-    from .api import Result, analyze_dumps
+    from .api import Compared, Result, analyze_dumps, compare_sets
     from .errors import DumpError, FrtraceError, OutputError, UsageError
 
-_HOMES = {"analyze_dumps": "api", "Result": "api", "FrtraceError": "errors", "UsageError": "errors",
+_HOMES = {"analyze_dumps": "api", "Result": "api", "compare_sets": "api", "Compared": "api", "FrtraceError": "errors", "UsageError": "errors",
           "DumpError": "errors", "OutputError": "errors"}
 
 

@@ -323,13 +323,102 @@ def analyze_dumps(path: str | os.PathLike, *, prefix: str | None = None, jobs: i
             gc.enable()
 
 
-def _count_argument(name: str, value: Any, what: str) -> int | None:
+def _count_argument(name: str, value: Any, what: str, function: str = "analyze_dumps") -> int | None:
     """An API argument that counts something, checked as the command line checks its option: None,
     or an int of at least 1 (a bool is no count)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"analyze_dumps: {name} must be an int or None, not {type(value).__name__}")
+        raise TypeError(f"{function}: {name} must be an int or None, not {type(value).__name__}")
     if value < 1:
-        raise UsageError(f"analyze_dumps: {name} must be at least 1 ({what}), not {value}")
+        raise UsageError(f"{function}: {name} must be at least 1 ({what}), not {value}")
     return value
+
+
+class Compared:
+    """Two dump sets of one job compared (compare_sets): `verdict` ("progressing", "stuck" or
+    "partly_stuck"), `headline`, `comparison` (what decided it), `timings` (per op, where asked
+    for), `as_dict()` (the JSON comparison), `text(head)` (what frtrace compare prints) and
+    `write_json(path)`, whole or not at all, never over a file of either set."""
+
+    def __init__(self, comparison, timings, earlier: str, later: str, inputs: frozenset[tuple[int, int]]) -> None:
+        self.comparison, self.timings = comparison, timings
+        self.earlier, self.later, self.inputs = earlier, later, inputs
+
+    verdict = property(lambda self: self.comparison.verdict)
+    headline = property(lambda self: self.comparison.headline)
+
+    def __repr__(self) -> str:
+        return f"<frtrace.Compared {self.verdict}>"
+
+    def as_dict(self) -> dict[str, Any]:
+        from . import __version__
+        from .comparing.two_sets import comparison_dict
+
+        return comparison_dict(self.comparison, self.timings, __version__)
+
+    def text(self, head: int = 20) -> str:
+        """The report frtrace compare prints; `head`: the ops shown of the timings."""
+        from .comparing.two_sets import render_comparison
+
+        out = io.StringIO()
+        render_comparison(self.comparison, self.timings, out, head)
+        return out.getvalue()
+
+    def write_json(self, path: str, log: TextIO | None = None) -> None:
+        """The JSON comparison, whole or not at all ('-': standard output); `log`: where the file
+        written is said."""
+        requested = [("--json", path, "JSON comparison", False)]
+        plan_outputs(requested, self.earlier, self.inputs)  # refused the same way for either set
+        payload = self.as_dict()
+        with Outputs(plan_outputs(requested, self.later, self.inputs)) as outputs:
+            outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+            outputs.commit()
+            if log is not None:
+                outputs.confirm(log)
+
+
+def compare_sets(earlier: str | os.PathLike, later: str | os.PathLike, *, prefix: str | None = None,
+                 jobs: int | None = None, timing: bool = False, log: TextIO | None = None) -> Compared:
+    """Two dump sets of one job, `earlier` then `later` (folders, archives or URLs), compared: which
+    ranks moved between them, which froze, and (`timing`) which ops got slower. `log`: where each
+    file that cannot be used is said as it is read (None: nowhere). A FrtraceError where the two
+    cannot be compared (one set twice, two jobs, B older than A); nothing is printed."""
+    from .comparing.two_sets import compare_sets as compared, not_one_job, older, op_timings, same_set
+
+    for name, value in (("earlier", earlier), ("later", later)):
+        if not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"compare_sets: {name} must be a str or os.PathLike, not {type(value).__name__}")
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError(f"compare_sets: prefix must be a str or None, not {type(prefix).__name__}")
+    jobs = _count_argument("jobs", jobs, "reading processes (None: the CPUs this process may use)", "compare_sets")
+    earlier, later = os.fspath(earlier), os.fspath(later)
+    err = log if log is not None else io.StringIO()
+    sets, files = [], []
+    for path in (earlier, later):
+        with discovered(path, prefix) as discovery:
+            files.append(discovery.identities)
+            if len(files) == 2 and files[0] == files[1]:  # before reading B: it is A
+                raise UsageError(f"{display_path(earlier)} and {display_path(later)} are the same dump set "
+                                 "(the same files): nothing can have moved between them; pass a set taken later as B")
+            sets.append(load_set(discovery, path, prefix, err, jobs=jobs or default_jobs(), times=timing))
+    (loaded_a, table_a), (loaded_b, table_b) = sets
+    a, b = display_path(earlier), display_path(later)
+    if not loaded_a.dumps.keys() & loaded_b.dumps.keys():
+        raise UsageError(f"{a} and {b} share no rank: not two dumps of one job")
+    anchor_relative_seqs(loaded_a.dumps, table_a)
+    anchoring_b = anchor_relative_seqs(loaded_b.dumps, table_b)
+    difference = not_one_job(loaded_a.dumps, table_a, loaded_b.dumps, table_b, forward=False)
+    if not difference and older(loaded_a.dumps, loaded_b.dumps):
+        raise UsageError(f"every rank holds fewer records in {b} than in {a}: pass the earlier set first")
+    difference = difference or not_one_job(loaded_a.dumps, table_a, loaded_b.dumps, table_b)
+    if difference:
+        raise UsageError(f"{a} and {b} are not one job dumped twice: {difference}; compare two dump sets of one job, "
+                         "the earlier first")
+    analysis_b = analysis_of(loaded_b, table_b, anchoring_b)
+    comparison = compared(loaded_a.dumps, table_a, loaded_b.dumps, table_b, analysis_b)
+    if same_set(loaded_a.dumps, loaded_b.dumps):  # a hung gloo job dumped twice is so too: said, not refused
+        comparison.headline += ("; every rank's dump is the same in A and B, record for record: if B is not a copy of A "
+                                "(its archive, say), the job made no progress at all between the two dumps")
+    timings = op_timings(loaded_a.dumps, table_a, loaded_b.dumps, table_b) if timing else None
+    return Compared(comparison, timings, earlier, later, frozenset(files[0] | files[1]))

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .api import analysis_of, analyze_dumps, discovered, load_set, read_set, requested_output
+from .api import analysis_of, analyze_dumps, compare_sets, read_set, requested_output
 from .errors import EXIT_CLEAN, EXIT_FOUND, OutputError, UsageError, display_path, printable
 from .matcher import format_ranks
 from .outputs.commit import Outputs, plan_outputs, resolved
-from .reading.anchor import anchor_relative_seqs
 from .terminal import printed
 
 
@@ -153,47 +152,14 @@ class CompareOptions:
 
 
 def run_compare(options: CompareOptions, out: TextIO, err: TextIO) -> int:
-    """Compare two sets as the options say; 0 progressing, 1 stuck or partly stuck."""
-    from .comparing.two_sets import compare_sets, comparison_dict, not_one_job, older, op_timings, render_comparison, same_set
-
-    requested = [("--json", options.json_path, "JSON comparison", False)] if options.json_path else []
-    sets, files = [], []
-    for path in (options.earlier, options.later):
-        with discovered(path, options.prefix) as discovery:
-            plans = plan_outputs(requested, path, discovery.identities)  # refused the same way for either set
-            files.append(discovery.identities)
-            if len(files) == 2 and files[0] == files[1]:  # before reading B: it is A
-                raise UsageError(f"{display_path(options.earlier)} and {display_path(options.later)} are the same dump set "
-                                 "(the same files): nothing can have moved between them; pass a set taken later as B")
-            sets.append(load_set(discovery, path, options.prefix, err, jobs=options.jobs, times=options.timing))
-    (loaded_a, table_a), (loaded_b, table_b) = sets
-    a, b = display_path(options.earlier), display_path(options.later)
-    if not loaded_a.dumps.keys() & loaded_b.dumps.keys():
-        raise UsageError(f"{a} and {b} share no rank: not two dumps of one job")
-    anchor_relative_seqs(loaded_a.dumps, table_a)
-    anchoring_b = anchor_relative_seqs(loaded_b.dumps, table_b)
-    difference = not_one_job(loaded_a.dumps, table_a, loaded_b.dumps, table_b, forward=False)
-    if not difference and older(loaded_a.dumps, loaded_b.dumps):
-        raise UsageError(f"every rank holds fewer records in {b} than in {a}: pass the earlier set first")
-    difference = difference or not_one_job(loaded_a.dumps, table_a, loaded_b.dumps, table_b)
-    if difference:
-        raise UsageError(f"{a} and {b} are not one job dumped twice: {difference}; compare two dump sets of one job, "
-                         "the earlier first")
-    analysis_b = analysis_of(loaded_b, table_b, anchoring_b)
-    comparison = compare_sets(loaded_a.dumps, table_a, loaded_b.dumps, table_b, analysis_b)
-    if same_set(loaded_a.dumps, loaded_b.dumps):  # a hung gloo job dumped twice is so too: said, not refused
-        comparison.headline += ("; every rank's dump is the same in A and B, record for record: if B is not a copy of A "
-                                "(its archive, say), the job made no progress at all between the two dumps")
-    timings = op_timings(loaded_a.dumps, table_a, loaded_b.dumps, table_b) if options.timing else None
+    """Compare two sets as the options say (api.compare_sets); 0 progressing, 1 stuck or partly stuck."""
+    compared = compare_sets(options.earlier, options.later, prefix=options.prefix, jobs=options.jobs,
+                            timing=options.timing, log=err)
     if options.json_path:
-        payload = comparison_dict(comparison, timings, __version__)
-        with Outputs(plans) as outputs:
-            outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
-            outputs.commit()
-            outputs.confirm(err)
+        compared.write_json(options.json_path, log=err)
     if options.json_path != "-":
-        printed(out, lambda: render_comparison(comparison, timings, out, options.head))
-    return EXIT_CLEAN if comparison.verdict == "progressing" else EXIT_FOUND
+        printed(out, lambda: out.write(compared.text(options.head)))
+    return EXIT_CLEAN if compared.verdict == "progressing" else EXIT_FOUND
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,10 +135,10 @@ class Tools:
                 "evidence": report["evidence"] if finding.root_cause else []}
 
     def compare_sets(self, earlier: str, later: str) -> dict[str, Any]:
-        from .commands import CompareOptions, run_compare
+        from .api import compare_sets
 
-        options = CompareOptions(self.roots.check(earlier, "earlier"), self.roots.check(later, "later"))
-        return self._json_of(lambda path: run_compare(replace(options, json_path=path), io.StringIO(), io.StringIO()))
+        compared = compare_sets(self.roots.check(earlier, "earlier"), self.roots.check(later, "later"), jobs=1)
+        return json.loads(json.dumps(compared.as_dict()))  # as frtrace compare --json writes it
 
     def live_snapshot(self, out_dir: str, store: str | None = None, workers: list[str] | None = None,
                       interval: float = 3.0) -> dict[str, Any]:
