@@ -134,3 +134,28 @@ def test_compare_sets_refuses_what_the_command_refuses_and_names_its_arguments(t
     compared = frtrace.compare_sets(a, str(PAIRS / "twice_healthy" / "b"))
     with pytest.raises(frtrace.UsageError):  # never over a file of either set
         compared.write_json(str(PAIRS / "twice_healthy" / "a" / next(iter(sorted(os.listdir(a))))))
+
+
+def test_plan_replay_writes_what_frtrace_replay_writes(tmp_path, capfd):
+    assert main(["replay", str(SCENARIO_SKIP), "-o", str(tmp_path / "cli"), "--majority"]) == 0
+    capfd.readouterr()
+    replay = frtrace.plan_replay(SCENARIO_SKIP, out_dir=tmp_path / "api", mode="majority", jobs=1)
+    assert capfd.readouterr() == ("", "")
+    assert (tmp_path / "api" / "plan.json").read_bytes() == (tmp_path / "cli" / "plan.json").read_bytes()
+    assert replay.out_dir == str(tmp_path / "api") and replay.ops == sum(map(len, replay.plan["ranks"].values())) > 0
+    assert frtrace.plan_replay(SCENARIO_SKIP).plan == frtrace.plan_replay(SCENARIO_SKIP, mode="as-recorded").plan
+
+
+def test_plan_replay_refuses_a_folder_in_use_before_reading(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("mine")
+    with pytest.raises(frtrace.UsageError, match="exists and is not an empty folder"):
+        frtrace.plan_replay(SCENARIO_SKIP, out_dir=tmp_path / "full")
+    with pytest.raises(frtrace.UsageError, match="inside or around the dump set"):
+        frtrace.plan_replay(SCENARIO_SKIP, out_dir=SCENARIO_SKIP / "replay")
+    with pytest.raises(frtrace.UsageError, match="plan_replay: mode must be one of as-recorded, majority, not bogus"):
+        frtrace.plan_replay(SCENARIO_SKIP, mode="bogus")
+    assert (tmp_path / "full" / "x").read_text() == "mine" and not (SCENARIO_SKIP / "replay").exists()
+
+
+SCENARIO_SKIP = FIXTURES / "skip_rank2"

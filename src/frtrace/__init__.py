@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["Compared", "DumpError", "FrtraceError", "OutputError", "Result", "UsageError", "__version__", "analyze_dumps",
-           "compare_sets"]
+__all__ = ["Compared", "DumpError", "FrtraceError", "OutputError", "ReplayPlan", "Result", "UsageError", "__version__",
+           "analyze_dumps", "compare_sets", "plan_replay"]
 
 if TYPE_CHECKING:
-    from .api import Compared, Result, analyze_dumps, compare_sets
+    from .api import Compared, ReplayPlan, Result, analyze_dumps, compare_sets, plan_replay
     from .errors import DumpError, FrtraceError, OutputError, UsageError
 
-_HOMES = {"analyze_dumps": "api", "Result": "api", "compare_sets": "api", "Compared": "api", "FrtraceError": "errors", "UsageError": "errors",
+_HOMES = {"analyze_dumps": "api", "Result": "api", "compare_sets": "api", "Compared": "api",
+          "plan_replay": "api", "ReplayPlan": "api", "FrtraceError": "errors", "UsageError": "errors",
           "DumpError": "errors", "OutputError": "errors"}
 
 

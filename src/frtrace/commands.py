@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .api import analysis_of, analyze_dumps, compare_sets, read_set, requested_output
-from .errors import EXIT_CLEAN, EXIT_FOUND, OutputError, UsageError, display_path, printable
+from .api import analyze_dumps, compare_sets, plan_replay, requested_output
+from .errors import EXIT_CLEAN, EXIT_FOUND, UsageError, display_path, printable
 from .matcher import format_ranks
-from .outputs.commit import Outputs, plan_outputs, resolved
+from .outputs.commit import Outputs, plan_outputs
 from .terminal import printed
 
 
@@ -172,39 +170,12 @@ class ReplayOptions:
 
 
 def run_replay(options: ReplayOptions, out: TextIO, err: TextIO) -> int:
-    """Write the replay plan into a new folder; the dumps are never written to."""
-    from .replay.plan import build_plan
-
-    target = resolved(options.out_dir)  # through links: alias/replay with alias -> dumps is inside the dumps
-    source = resolved(options.trace_dir)
-    if target == source or target.startswith(source + os.sep) or source.startswith(target + os.sep):
-        raise UsageError(f"{display_path(options.out_dir)}: inside or around the dump set {display_path(options.trace_dir)}; "
-                         "write the replay somewhere else")
-    given = options.out_dir
-    if os.path.lexists(given) and (not os.path.isdir(given) or os.path.islink(given) or os.listdir(given)):
-        raise UsageError(f"{display_path(options.out_dir)}: exists and is not an empty folder; frtrace replay never writes "
-                         "over anything: choose a new folder")
-    loaded, table = read_set(options.trace_dir, options.prefix, err, jobs=options.jobs)
-    analysis = analysis_of(loaded, table)
-    plan = build_plan(loaded.dumps, table, analysis, options.mode)
-    try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".frtrace-replay-", dir=os.path.dirname(target))
-    except OSError as exc:
-        raise OutputError(f"{display_path(options.out_dir)}: cannot write the replay ({exc.strerror}); nothing was written") from None
-    try:
-        with open(os.path.join(staging, "plan.json"), "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(plan))  # the C encoder: json.dump with indent (pure Python) made a 256-rank plan 9.1 s, now 4.4 s
-        if os.path.isdir(target):
-            os.rmdir(target)  # empty, checked above
-        os.rename(staging, target)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise OutputError(f"{display_path(options.out_dir)}: cannot write the replay ({exc.strerror}); nothing was written") from None
-    ops = sum(len(v) for v in plan["ranks"].values())
-    print(f"wrote {display_path(options.out_dir)}/plan.json: {options.mode} replay of {plan['world_size']} ranks, {ops} ops "
-          f"(recorded verdict: {analysis.headline})", file=out)
-    for note in plan["notes"][:5]:
+    """Write the replay plan into a new folder (api.plan_replay); the dumps are never written to."""
+    replay = plan_replay(options.trace_dir, out_dir=options.out_dir, mode=options.mode, prefix=options.prefix,
+                         jobs=options.jobs, log=err)
+    print(f"wrote {display_path(options.out_dir)}/plan.json: {options.mode} replay of {replay.plan['world_size']} ranks, "
+          f"{replay.ops} ops (recorded verdict: {replay.analysis.headline})", file=out)
+    for note in replay.plan["notes"][:5]:
         print(f"  note: {note}", file=out)
     print(f"run it: python -m frtrace.replay {display_path(options.out_dir)} --backend gloo   "
           "(needs torch: pip install 'frtrace[replay]')", file=out)
