@@ -15,7 +15,7 @@ import tracemalloc
 import pytest
 
 from conftest import FIXTURES
-from frtrace import commands
+from frtrace import api
 from frtrace.cli import main
 from frtrace.errors import UsageError
 from frtrace.live import fetch
@@ -44,7 +44,7 @@ def test_memory_stays_that_of_a_few_chunks_however_many_ranks_answer_how_much(tm
         peaks.append(tracemalloc.get_traced_memory()[1])
         raise UsageError("measured")
 
-    monkeypatch.setattr(commands, "analyze_dumps", measured)
+    monkeypatch.setattr(api, "analyze_dumps", measured)  # live_snapshot looks it up when it analyses
     out = tmp_path / "snap"
     tracemalloc.start()
     try:
@@ -159,3 +159,26 @@ def test_a_snapshot_file_that_cannot_be_written_is_an_output_error_not_a_silent_
     err = capsys.readouterr().err
     assert "snap: cannot write the snapshot (No space left on device); nothing was written" in err
     assert "did not answer" not in err and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("interval", [0, 0.2])
+def test_the_library_takes_the_snapshot_the_command_takes_and_prints_nothing(interval, tmp_path, capfd):
+    import frtrace
+
+    served = [_as_json(FIXTURES / "synthetic_hook_healthy" / f"nccl_trace_rank_{r}") for r in range(8)]
+    servers = [_worker(body) for body in served]
+    code = main(["live", "--workers", *map(_url, servers), "-O", str(tmp_path / "cli"), "--interval", str(interval),
+                 "--json", str(tmp_path / "cli.json")])
+    printed = capfd.readouterr().out
+
+    snap = frtrace.live_snapshot(workers=[_url(s) for s in servers], out_dir=str(tmp_path / "api"), interval=interval)
+    snap.write_json(str(tmp_path / "api.json"))
+    assert capfd.readouterr() == ("", "")
+    assert code == (0 if snap.verdict in ("clean", "progressing") else 1) and snap.text() == printed
+    cli, api = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("cli", "api"))
+    for report in (cli, api):  # where each was kept, and how long each rank took, are each run's own
+        report["live"]["snapshot"] = None
+    assert api == cli and sorted(os.listdir(tmp_path / "api")) == sorted(os.listdir(tmp_path / "cli"))
+    with pytest.raises(frtrace.UsageError, match="give the job's store"):
+        frtrace.live_snapshot(out_dir=str(tmp_path / "none"))
+    assert not (tmp_path / "none").exists()

@@ -18,15 +18,16 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["Compared", "DumpError", "FrtraceError", "OutputError", "ReplayPlan", "Result", "UsageError", "__version__",
-           "analyze_dumps", "compare_sets", "plan_replay"]
+__all__ = ["Compared", "DumpError", "FrtraceError", "LiveSnapshot", "OutputError", "ReplayPlan", "Result", "UsageError",
+           "__version__", "analyze_dumps", "compare_sets", "live_snapshot", "plan_replay"]
 
 if TYPE_CHECKING:
     from .api import Compared, ReplayPlan, Result, analyze_dumps, compare_sets, plan_replay
     from .errors import DumpError, FrtraceError, OutputError, UsageError
+    from .live.session import LiveSnapshot, live_snapshot
 
 _HOMES = {"analyze_dumps": "api", "Result": "api", "compare_sets": "api", "Compared": "api",
-          "plan_replay": "api", "ReplayPlan": "api", "FrtraceError": "errors", "UsageError": "errors",
+          "plan_replay": "api", "ReplayPlan": "api", "live_snapshot": "live.session", "LiveSnapshot": "live.session", "FrtraceError": "errors", "UsageError": "errors",
           "DumpError": "errors", "OutputError": "errors"}
 
 

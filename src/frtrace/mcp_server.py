@@ -25,12 +25,9 @@ the command would print.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from .errors import FrtraceError, UsageError, display_path, printable
@@ -142,7 +139,7 @@ class Tools:
 
     def live_snapshot(self, out_dir: str, store: str | None = None, workers: list[str] | None = None,
                       interval: float = 3.0) -> dict[str, Any]:
-        from .commands import LiveOptions, run_live
+        from .live.session import live_snapshot
 
         if not store and not workers:
             raise UsageError("give the job's store (HOST:PORT, its MASTER_ADDR:MASTER_PORT) or its workers' addresses")
@@ -152,17 +149,9 @@ class Tools:
         if isinstance(out_dir, str) and is_url(out_dir):
             raise UsageError("out_dir: a snapshot is written to a local folder under a root, not to a store")
         self.roots.check(out_dir, "out_dir")
-        options = LiveOptions(workers=tuple(workers or ()), store=store, out_dir=out_dir, interval=interval)
-        return self._json_of(lambda path: run_live(replace(options, json_path=path), io.StringIO(), io.StringIO()))
-
-    @staticmethod
-    def _json_of(run) -> dict[str, Any]:
-        """What a command writes with --json PATH, through a file of the server's own."""
-        with tempfile.TemporaryDirectory(prefix="frtrace-mcp-") as folder:
-            path = os.path.join(folder, "out.json")
-            run(path)
-            with open(path, encoding="utf-8") as handle:
-                return json.load(handle)
+        snap = live_snapshot(store=store or None, workers=() if store else tuple(workers or ()), out_dir=out_dir,
+                             interval=interval, jobs=1)
+        return json.loads(json.dumps(snap.as_dict()))  # as frtrace live --json writes it
 
 
 def build_server(roots: Sequence[str]):
