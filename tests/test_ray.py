@@ -123,6 +123,18 @@ def test_a_folder_the_nodes_do_not_share_is_said_so_per_file(tmp_path):
     assert said.stderr.count("is the folder shared by every node? (dumps on each node's own disk: --node-local)") == 4
 
 
+def test_a_node_running_another_frtrace_is_not_trusted_with_the_files(shared_cluster, tmp_path):
+    code = ("import sys; from frtrace.reading import cluster; cluster.__version__ = '0.0.0-other'; "
+            "from frtrace.cli import main; sys.exit(main(['-d', sys.argv[1], '--ray', sys.argv[2]]))")
+    said = subprocess.run([sys.executable, "-c", code, str(SKIP), shared_cluster.address], capture_output=True, text=True,
+                          timeout=180, check=False)
+    assert said.returncode == 2 and "none of the 4 dump file(s) could be read" in said.stderr
+    import frtrace
+
+    assert said.stderr.count(f"its Ray node runs frtrace {frtrace.__version__}, this machine 0.0.0-other: install one "
+                             "version on every node") == 4
+
+
 # ---------------------------------------------------------------------------------- node-local
 @needs_namespaces
 def test_node_local_dumps_give_the_gathered_sets_verdict_and_report(node_local_cluster, tmp_path):

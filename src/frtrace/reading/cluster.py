@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 
+from .. import __version__
 from ..errors import DumpError, UsageError, display_path, printable
 from ..types import SkippedFile
 from .discover import Discovery, DumpFile, Found, finish, walked
@@ -38,6 +41,7 @@ _TASK_FILES = 256  # files one task reads at most: a task's answers are held who
 _TASKS_PER_CPU = 4  # tasks a CPU of the cluster is given over a run, at least: the slow ones are not all one node's
 _IN_FLIGHT_PER_CPU = 2  # tasks submitted ahead per CPU: answers waiting in the object store stay bounded
 TIMEOUT = 60.0  # seconds without a task done before the rest is given up (--timeout)
+_LABEL_UNSAFE = re.compile(r"[/\\\s]")  # what a node's name may not hold as the folder its files are shown in
 
 
 def _ray():
@@ -63,7 +67,7 @@ class Cluster:
     def __init__(self, address: str, timeout: float = TIMEOUT) -> None:
         self.ray = _ray()
         self.address, self.timeout = address, timeout
-        self.node_of: dict[str, str] = {}  # a node-local file's name (node:path) -> the node that holds it
+        self.node_of: dict[str, tuple[str, str]] = {}  # a node-local file's name (node:path) -> (its node, its path there)
         self.owned = not self.ray.is_initialized()
         if self.owned:
             self._connect()
@@ -106,8 +110,10 @@ class Cluster:
         """The alive nodes that have CPUs, by name; names shared by several nodes (one host's
         nodes under its address) are told apart by their ids."""
         alive = [n for n in self.ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
-        names = [printable(str(n.get("NodeName") or n.get("NodeManagerAddress") or n["NodeID"][:12])) for n in alive]
-        found = [Node(n["NodeID"], name if names.count(name) == 1 else f"{name}-{n['NodeID'][:8]}",
+        names = [_LABEL_UNSAFE.sub("_", printable(str(n.get("NodeName") or n.get("NodeManagerAddress") or n["NodeID"])))
+                 for n in alive]
+        count = Counter(names)
+        found = [Node(n["NodeID"], name if count[name] == 1 else f"{name}-{n['NodeID'][:8]}",
                       max(1, int(n["Resources"]["CPU"]))) for n, name in zip(alive, names)]
         return sorted(found, key=lambda node: node.label)
 
@@ -145,9 +151,15 @@ class Cluster:
         ended = []
         for ref in done:
             try:
-                ended.append((ref, pending[ref], self.ray.get(ref), None))
+                version, value = self.ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - a node lost, a worker killed, frtrace missing there
                 ended.append((ref, pending[ref], None, _failure(exc)))
+                continue
+            if version != __version__:  # what a task sends is this version's: another's may read otherwise
+                ended.append((ref, pending[ref], None, f"its Ray node runs frtrace {printable(str(version))}, this machine "
+                                                       f"{__version__}: install one version on every node"))
+            else:
+                ended.append((ref, pending[ref], value, None))
         return ended
 
     def _late(self) -> str:
@@ -183,7 +195,7 @@ class Cluster:
 
         def named(path: str) -> str:
             shown = f"{label}:{path}"
-            self.node_of[shown] = node.id
+            self.node_of[shown] = (node.id, path)
             return shown
 
         def moved(dump_file: DumpFile) -> DumpFile:
@@ -204,7 +216,7 @@ class Cluster:
         why), as stacks.read_stacks gives for a file at hand."""
         by_node: dict[str, list[str]] = {}
         for path in paths:
-            by_node.setdefault(self.node_of[path], []).append(path)
+            by_node.setdefault(self.node_of[path][0], []).append(path)
         nodes = {node.id: node for node in self.nodes()}
         refs = {}
         read: dict[str, tuple] = {}
@@ -212,8 +224,7 @@ class Cluster:
             if node_id not in nodes:
                 read.update((path, (None, "its Ray node is gone")) for path in named)
                 continue
-            local = [path.split(":", 1)[1] for path in named]
-            refs[self._task(_stacks_here, nodes[node_id]).remote(local)] = named
+            refs[self._task(_stacks_here, nodes[node_id]).remote([self.node_of[path][1] for path in named])] = named
         for named, answers, why in self._outcomes(refs):
             for path, answer in zip(named, answers or [(None, why)] * len(named)):
                 read[path] = answer
@@ -263,7 +274,7 @@ class Cluster:
         size = max(1, min(_TASK_FILES, -(-len(jobs) // (cpus * _TASKS_PER_CPU))))
         by_node: dict[str | None, list[int]] = {}
         for index, job in enumerate(jobs):
-            by_node.setdefault(self.node_of.get(job[0]), []).append(index)
+            by_node.setdefault(self.node_of[job[0]][0] if job[0] in self.node_of else None, []).append(index)
         tasks, gone = [], []
         for node_id, indices in by_node.items():
             if node_id is not None and node_id not in nodes:
@@ -300,19 +311,20 @@ def _failure(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------------- the tasks
 # Run on the cluster's nodes (Ray imports this module there): each returns plain data.
 
-def _walk_here(path: str, prefix: str | None) -> Found | str:
-    """This node's listing of `path`, or why there is none."""
+def _walk_here(path: str, prefix: str | None) -> tuple[str, Found | str]:
+    """This node's listing of `path`, or why there is none (each task's answer comes with the
+    version of frtrace that made it)."""
     import stat as stat_module
 
     try:
         if not stat_module.S_ISDIR(os.stat(path).st_mode):
-            return "not a folder on this node"
+            return __version__, "not a folder on this node"
     except OSError as exc:
-        return f"not on this node ({exc.strerror})"
-    return walked(path, prefix)
+        return __version__, f"not on this node ({exc.strerror})"
+    return __version__, walked(path, prefix)
 
 
-def _read_here(jobs: list[tuple], times: bool, shared: bool) -> list[bytes]:
+def _read_here(jobs: list[tuple], times: bool, shared: bool) -> tuple[str, list[bytes]]:
     """The answers to `jobs`, read on this node by one worker process, each pickled. `shared`:
     the caller found the files itself, so one missing here says the path is not shared."""
     import pickle
@@ -334,11 +346,11 @@ def _read_here(jobs: list[tuple], times: bool, shared: bool) -> list[bytes]:
             answers[index] = pickle.dumps(DumpError(job[0], f"not found on the Ray node {printable(socket.gethostname())}, "
                                                             "though this machine sees it: is the folder shared by every "
                                                             "node? (dumps on each node's own disk: --node-local)"))
-    return answers
+    return __version__, answers
 
 
-def _stacks_here(paths: list[str]) -> list[tuple]:
+def _stacks_here(paths: list[str]) -> tuple[str, list[tuple]]:
     """The stack files `paths` on this node, read and parsed: (threads, why) each."""
     from .stacks import read_stacks
 
-    return [read_stacks(path) for path in paths]
+    return __version__, [read_stacks(path) for path in paths]
