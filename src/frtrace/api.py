@@ -69,6 +69,20 @@ def discovered(trace_dir: str, prefix: str | None, cluster: Cluster | None = Non
     yield find_remote_dumps(trace_dir, prefix) if remote else find_dump_files(trace_dir, prefix)
 
 
+@contextmanager
+def discovered_through(trace_dir: str, prefix: str | None, ray: str | None = None, node_local: bool = False,
+                       timeout: float | None = None) -> Iterator[tuple[Discovery, Cluster | None]]:
+    """discovered(), and the Ray cluster at `ray` that reads the files where one is given
+    (connected for the block, closed after); (discovery, cluster or None)."""
+    with ExitStack() as stack:
+        cluster = None
+        if ray is not None:
+            from .reading.cluster import TIMEOUT, Cluster
+
+            cluster = stack.enter_context(Cluster(ray, timeout or TIMEOUT))
+        yield stack.enter_context(discovered(trace_dir, prefix, cluster, node_local)), cluster
+
+
 def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
              ft_group_world_size: int | None = None) -> tuple[LoadResult, GroupTable]:
     """One dump set read and its groups resolved; skipped files are said on `err`."""
@@ -308,13 +322,7 @@ def analyze_dumps(path: str | os.PathLike, *, prefix: str | None = None, jobs: i
     collecting = gc.isenabled()
     gc.disable()  # millions of small tuples with no cycles: the collector would only rescan them
     try:
-        with ExitStack() as stack:
-            cluster = None
-            if ray is not None:
-                from .reading.cluster import TIMEOUT, Cluster
-
-                cluster = stack.enter_context(Cluster(ray, timeout or TIMEOUT))
-            discovery = stack.enter_context(discovered(trace_dir, prefix, cluster, node_local))
+        with discovered_through(trace_dir, prefix, ray, node_local, timeout) as (discovery, cluster):
             loaded, table = load_set(discovery, trace_dir, prefix, io.StringIO(), jobs=jobs or default_jobs(),
                                      ft_group_world_size=group_world_size, cluster=cluster)
         return analyzed(loaded, table, trace_dir, discovery.identities)

@@ -13,12 +13,11 @@ import tempfile
 import threading
 import traceback
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TextIO
 
 from . import __version__
-from .api import analyzed, default_jobs, discovered, load_set, requested_output, stage_output
+from .api import analyzed, default_jobs, discovered_through, load_set, requested_output, stage_output
 from .commands import CompareOptions, LiveOptions, ReplayOptions, run_compare, run_live, run_replay
 from .errors import (EXIT_CLEAN, EXIT_ERROR, EXIT_FOUND, EXIT_INTERNAL, FrtraceError, InternalError, OutputError,
                      UsageError, printable)
@@ -276,13 +275,8 @@ def run(options: Options, out: TextIO, err: TextIO) -> int:
         from .reading import remote
 
         remote.TIMEOUT = options.timeout
-    with ExitStack() as stack:
-        cluster = None
-        if options.ray is not None:
-            from .reading.cluster import TIMEOUT, Cluster
-
-            cluster = stack.enter_context(Cluster(options.ray, options.timeout or TIMEOUT))
-        discovery = stack.enter_context(discovered(options.trace_dir, options.prefix, cluster, options.node_local))
+    with discovered_through(options.trace_dir, options.prefix, options.ray, options.node_local,
+                            options.timeout) as (discovery, cluster):
         plans = plan_outputs(_requested_outputs(options), options.trace_dir, discovery.identities)
         loaded, table = load_set(discovery, options.trace_dir, options.prefix, err, jobs=options.jobs,
                                  progress=options.progress, ft_group_world_size=options.ft_group_world_size,
