@@ -378,12 +378,17 @@ class Compared:
         written is said."""
         requested = [("--json", path, "JSON comparison", False)]
         plan_outputs(requested, self.earlier, self.inputs)  # refused the same way for either set
-        payload = self.as_dict()
-        with Outputs(plan_outputs(requested, self.later, self.inputs)) as outputs:
-            outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
-            outputs.commit()
-            if log is not None:
-                outputs.confirm(log)
+        commit_json(self.as_dict(), plan_outputs(requested, self.later, self.inputs), log)
+
+
+def commit_json(payload: Any, plans: list, log: TextIO | None = None) -> None:
+    """`payload` written as the planned --json output (plan_outputs), whole or not at all; the file
+    written said on `log` where given."""
+    with Outputs(plans) as outputs:
+        outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
+        outputs.commit()
+        if log is not None:
+            outputs.confirm(log)
 
 
 def compare_sets(earlier: str | os.PathLike, later: str | os.PathLike, *, prefix: str | None = None,

@@ -4,7 +4,6 @@ and frtrace mcp's live_snapshot tool. Nothing here prints unless given a `log`."
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -62,15 +61,11 @@ class LiveSnapshot:
 
     def write_json(self, path: str, log: TextIO | None = None) -> None:
         """The JSON report, whole or not at all ('-': standard output), never over a file of the snapshot."""
-        from ..api import requested_output
-        from ..outputs.commit import Outputs, plan_outputs
+        from ..api import commit_json, requested_output
+        from ..outputs.commit import plan_outputs
 
-        payload = self.as_dict()
-        with Outputs(plan_outputs([requested_output("--json", path)], self.result.trace_dir, self.result.inputs)) as outputs:
-            outputs.stage("--json", lambda f: f.write(json.dumps(payload, indent=2) + "\n"))
-            outputs.commit()
-            if log is not None:
-                outputs.confirm(log)
+        commit_json(self.as_dict(), plan_outputs([requested_output("--json", path)], self.result.trace_dir,
+                                                 self.result.inputs), log)
 
 
 def live_snapshot(*, store: str | None = None, workers: Sequence[str] = (), world: int | None = None,

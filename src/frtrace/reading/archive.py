@@ -239,13 +239,9 @@ def _tar_members(path: str, handle, kind: str | None) -> Iterator[tuple[str, int
         return
     try:
         for name, size, what, member in itertools.chain((first,), found):
-            yield _clean(name), size, what, (lambda member=member: member) if member is not None else _not_a_file
+            yield _clean(name), size, what, lambda member=member: member  # opened only where it is a file: a Member
     except (*_DAMAGED, tar.Damaged) as exc:  # truncated or damaged: what was read stays
         yield "", 0, f"the archive is damaged past this point ({short_reason(exc)})", None
-
-
-def _not_a_file():
-    raise OSError(0, "not a file")
 
 
 def _opener(open_member, info):

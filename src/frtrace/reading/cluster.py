@@ -36,6 +36,7 @@ from .. import __version__
 from ..errors import DumpError, UsageError, display_path, printable
 from ..types import SkippedFile
 from .discover import Discovery, DumpFile, Found, finish, walked
+from .remote import reason
 
 _TASK_FILES = 256  # files one task reads at most: a task's answers are held whole until it ends
 _TASKS_PER_CPU = 4  # tasks a CPU of the cluster is given over a run, at least: the slow ones are not all one node's
@@ -93,7 +94,7 @@ class Cluster:
             raise UsageError(f"--ray {shown}: the Ray cluster did not answer within {self.timeout:g} s; check the address "
                              "(HOST:PORT of its head, ray://HOST:PORT, or auto on one of its nodes) and --timeout")
         if said[0] is not None:
-            raise UsageError(f"--ray {shown}: cannot reach the Ray cluster ({_reason(said[0])}); start it (ray start "
+            raise UsageError(f"--ray {shown}: cannot reach the Ray cluster ({reason(said[0])}); start it (ray start "
                              "--head) or check the address") from None
 
     def close(self) -> None:
@@ -290,22 +291,17 @@ def _not_read(why: str) -> str:
     return f"not read: {why}; the file itself may be fine"
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return printable(f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__)
-
-
 def _failure(exc: BaseException) -> str:
     """Why a task gave nothing, in a line: what Ray says, the task's own error where it raised one."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, ImportError):
-        return f"frtrace cannot run on its Ray node ({_reason(cause)}): install frtrace[ray] on every node"
+        return f"frtrace cannot run on its Ray node ({reason(cause)}): install frtrace[ray] on every node"
     name = type(exc).__name__
     if "NodeDied" in name or "Unschedulable" in name or "ObjectLost" in name or "OwnerDied" in name:
         return f"its Ray node died or left the cluster ({name})"
     if "WorkerCrashed" in name:
         return f"the Ray worker reading it died ({name}: killed, or out of memory)"
-    return f"its Ray task failed ({_reason(cause if isinstance(cause, BaseException) else exc)})"
+    return f"its Ray task failed ({reason(cause if isinstance(cause, BaseException) else exc)})"
 
 
 # ---------------------------------------------------------------------------------- the tasks
@@ -327,10 +323,9 @@ def _walk_here(path: str, prefix: str | None) -> tuple[str, Found | str]:
 def _read_here(jobs: list[tuple], times: bool, shared: bool) -> tuple[str, list[bytes]]:
     """The answers to `jobs`, read on this node by one worker process, each pickled. `shared`:
     the caller found the files itself, so one missing here says the path is not shared."""
+    import gc
     import pickle
     import socket
-
-    import gc
 
     from ..loader import read_pickled
 

@@ -199,10 +199,10 @@ def find_dump_files(directory: str, prefix: str | None = None) -> Discovery:
     return finish(found, prefix is not None)
 
 
-def walked(directory: str, prefix: str | None = None, found: Found | None = None) -> Found:
+def walked(directory: str, prefix: str | None = None) -> Found:
     """What the folder `directory` holds, sorted as find_dump_files sorts it (`prefix` a bare
     name), before the job's files are chosen (finish)."""
-    found = Found() if found is None else found
+    found = Found()
     for path, where in _walk(directory):
         name = os.path.basename(path)
         printable = display_path(path)
