@@ -18,15 +18,14 @@ measured pair by pair. A benchmark, not a test: it asserts nothing, it reports.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from run import ENV, table  # benchmarks/run.py, beside this script
+from timing import ANSWER_FD, reported_run  # benchmarks/timing.py
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -39,22 +38,12 @@ RUN = ("import json, os, resource, sys\n"
        "from frtrace.cli import main\n"
        "code = main(sys.argv[1:])\n"
        "me = resource.getrusage(resource.RUSAGE_SELF)\n"
-       "os.write(int(os.environ['RAY_BENCH_FD']), json.dumps([code, me.ru_utime + me.ru_stime, me.ru_maxrss]).encode())\n")
+       f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([code, me.ru_utime + me.ru_stime, me.ru_maxrss]).encode())\n")
 
 
 def measure(args: list[str]) -> tuple[float, float, float, int]:
     """Wall seconds, the caller's CPU seconds, its peak RSS in MiB, and the exit code of one run."""
-    read, write = os.pipe()
-    env = {**ENV, "PYTHONPATH": str(ROOT / "src"), "RAY_BENCH_FD": str(write)}
-    start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", RUN, *args], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, pass_fds=(write,), env=env)
-    os.close(write)
-    with os.fdopen(read, "rb") as answer:
-        said = answer.read()
-    process.wait()
-    wall = time.perf_counter() - start
-    code, cpu, rss_kib = json.loads(said)
+    wall, (code, cpu, rss_kib) = reported_run(RUN, args, {**ENV, "PYTHONPATH": str(ROOT / "src")})
     return wall, cpu, rss_kib / 1024, code
 
 

@@ -15,15 +15,14 @@ A benchmark, not a test: it asserts nothing, it reports.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from run import ENV, table  # benchmarks/run.py, beside this script
+from timing import ANSWER_FD, reported_run  # benchmarks/timing.py
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -31,22 +30,13 @@ RUN = ("import json, os, resource, sys\n"
        "from frtrace.cli import main\n"
        "code = main(sys.argv[1:])\n"
        "me, them = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-       "os.write(int(os.environ['SERIAL_ANSWER_FD']), json.dumps([code, me.ru_utime + me.ru_stime, them.ru_utime + them.ru_stime]).encode())\n")
+       f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([code, me.ru_utime + me.ru_stime, them.ru_utime + them.ru_stime]).encode())\n")
 
 
 def measure(data: Path, jobs: int) -> tuple[float, float, float, int]:
     """Wall seconds, main-process CPU seconds, workers' CPU seconds, exit code of one run."""
-    read, write = os.pipe()
-    env = {**ENV, "PYTHONPATH": str(ROOT / "src"), "SERIAL_ANSWER_FD": str(write)}  # bytecode cached, as installed
-    start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-c", RUN, "-d", str(data), "-o", os.devnull, "--jobs", str(jobs)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(write,), env=env)
-    os.close(write)
-    with os.fdopen(read, "rb") as answer:
-        said = answer.read()
-    process.wait()
-    wall = time.perf_counter() - start
-    code, main_cpu, workers_cpu = json.loads(said)
+    env = {**ENV, "PYTHONPATH": str(ROOT / "src")}  # bytecode cached, as installed
+    wall, (code, main_cpu, workers_cpu) = reported_run(RUN, ["-d", str(data), "-o", os.devnull, "--jobs", str(jobs)], env)
     return wall, main_cpu, workers_cpu, code
 
 
