@@ -10,7 +10,7 @@ import pytest
 import accuracy
 import jobgen
 from frtrace.reading import anchor
-from frtrace.analysis import waitgraph
+from frtrace.analysis import p2p, steps, waitgraph
 
 JOBS = 1600  # 100 per fault kind (16 kinds), about 10 s
 
@@ -118,7 +118,7 @@ def test_without_the_step_rule_a_pipeline_stage_that_left_out_a_receive_is_not_f
     monkeypatch.setattr(waitgraph.WaitGraph, "_left_by_history", lambda self, cycle_ranks: None)
     seeds = [20261124 + i for i in range(60)]
     right = sum(accuracy.run_job(seed, "pipeline_drop")[0] == "right" for seed in seeds)
-    monkeypatch.setattr(waitgraph, "_step_left_out", lambda buffer, upto, wanted: None)
+    monkeypatch.setattr(steps, "_step_left_out", lambda buffer, upto, wanted: None)
     right_without = sum(accuracy.run_job(seed, "pipeline_drop")[0] == "right" for seed in seeds)
     assert right >= 40 and right_without < right - 20, (right, right_without)
 
@@ -128,7 +128,7 @@ def test_without_settling_batches_a_pipeline_stage_is_misread(monkeypatch):
     send it never met, and the stage that left out a receive looks like it waits for nobody."""
     seeds = [20261124 + i for i in range(60)]
     headlines = [accuracy.run_job(seed, "pipeline_drop")[2].headline for seed in seeds]
-    monkeypatch.setattr(waitgraph, "_done_in_batch", lambda out, into: (out, into))
+    monkeypatch.setattr(p2p, "_done_in_batch", lambda out, into: (out, into))
     changed = sum(accuracy.run_job(seed, "pipeline_drop")[2].headline != h for seed, h in zip(seeds, headlines))
     assert changed > 5, changed
 

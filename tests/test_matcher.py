@@ -661,7 +661,7 @@ def test_in_a_tie_own_histories_decide_only_inside_a_loop_they_show(program):
     ("B" + "ARRRW" * 3 + "AR", False, None),  # an op before the loop: the first ops are no step's end
 ], ids=["mid-step", "early", "loop-end", "astray", "wrapped", "prologue"])
 def test_a_rank_stopped_inside_its_loop_is_told_from_one_whose_program_may_have_ended(letters, wrapped, found):
-    from frtrace.analysis.waitgraph import _Buffer, _stopped_in_step
+    from frtrace.analysis.steps import _Buffer, _stopped_in_step
 
     buffer = _Buffer([(i, letter, False) for i, letter in enumerate(letters)], wrapped)
     assert _stopped_in_step(buffer, len(letters), "R") == found
@@ -751,7 +751,7 @@ def test_a_dropped_recv_is_named_from_the_senders_side():
     ("WRCSRCAS", True, False),  # an A fewer: not the op it is awaited in
 ], ids=["same", "one-fewer", "running-one-fewer", "running-prefix", "two-fewer", "other-op"])
 def test_a_step_less_one_awaited_op_is_told_from_any_other_step(seen, complete, left_out):
-    from frtrace.analysis.waitgraph import _one_left_out
+    from frtrace.analysis.steps import _one_left_out
 
     assert _one_left_out(tuple("WRCASRCAS"), tuple(seen), "R", complete=complete) is left_out
 

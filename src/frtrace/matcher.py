@@ -19,8 +19,9 @@ from .analysis.moments import late_arrivals, moments_by_name, stale_ranks, unlog
 from .errors import display_path
 from .reading.groups import GroupTable
 from .types import AgreedRun, Analysis, Checks, CollectiveCheck, Dump, Finding, Group
+from .analysis.p2p import match_p2p
 from .analysis.verdict import conclude
-from .analysis.waitgraph import WaitGraph, blocker_of, match_p2p
+from .analysis.waitgraph import WaitGraph, blocker_of
 
 __all__ = ["analyze", "format_ranks"]
 

@@ -23,7 +23,7 @@ from ..reading.groups import GroupTable
 from ..types import Dump, Finding, Group, GroupMoment
 from .size_rules import ROOTED_OPS
 from .align import Track, by_number, ranks_word
-from .waitgraph import buffer_of, on_step
+from .steps import buffer_of, on_step
 
 _NS_PER_MS = 1_000_000
 _CLOCKS_NS = 1_000_000_000  # what the clocks of two hosts may differ by, beside a timeout

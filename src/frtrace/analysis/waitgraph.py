@@ -1,5 +1,12 @@
-"""Who waits for whom: each rank's blocking op, send/recv pairing, and the wait-for graph whose
-sink components hold the culprits."""
+"""Who waits for whom: each rank's blocking op, and the wait-for graph whose sink components hold
+the culprits; the findings it shows (ranks missing from an op, an op every member issued that
+some never completed).
+
+Each sink is decided here, by rules that live beside it: a cycle (a deadlock) by the ranks' own
+histories (steps.py) and the program order the ranks outside it show (order.py), else by the op
+most of them wait in; ranks that wait for nobody by a majority of the op's members, a tie by the
+sibling groups (order.py) and their own loops (steps.py). The sends and recvs in the graph were
+paired by p2p.py."""
 
 from __future__ import annotations
 
@@ -10,8 +17,9 @@ from functools import lru_cache
 from itertools import compress, repeat
 from operator import methodcaller, ne
 
-from . import size_rules
-from .align import ANY_SOURCE, by_number, global_rank, GroupView, P2POp, ranks_word, Track, unit_label, unit_state
+from .align import ANY_SOURCE, by_number, GroupView, P2POp, ranks_word, Track, unit_label, unit_state
+from .order import ProgramOrder
+from .steps import OwnHistory, _Buffer
 from ..reading.groups import GroupTable
 from ..types import Dump, Entry, Finding, Group
 
@@ -19,174 +27,12 @@ from ..types import Dump, Entry, Finding, Group
 # it (their GPU never reached it); verdict.py reads the finding so
 NEVER_STARTED = "never started it (scheduled)"
 
-_NOT_REACHED = -1  # a rank's buffer ends before this op: it has not issued it yet
-_HISTORY_STEPS = 3  # earlier steps a rank's own buffer must show, all alike, to decide an order
-
-
-def _class_of_entry(entry: Entry, group: Group) -> tuple:
-    """What repeats from step to step: a collective's group, op and sizes; a p2p op's group and peers."""
-    if entry.is_p2p:
-        kind, _, peers = entry.op.partition(" ")
-        src, dst = _peers(kind, peers, group)
-        return ("p2p", group.key, kind, src, dst)
-    return ("coll", group.key, entry.op, entry.input_sizes)
-
-
-def _peers(kind: str, text: str, group: Group) -> tuple[int | None, int | None]:
-    """Global (src, dst) of "0->1" (send) or "1<-0" (recv), group-local numbers in the name."""
-    parts = text.replace("<-", "->").split("->")
-    try:
-        a, b = (global_rank(group, int(p)) for p in parts)
-    except ValueError:
-        return None, None
-    return (a, b) if kind == "send" else (b, a)
-
 
 def _members(view: GroupView) -> str:
     """A group's members as a majority counts them: those whose dumps show the end."""
     if not view.unseen:
         return f"{view.size} members"
     return f"{view.size - len(view.unseen)} members whose dumps show the end (of {view.size})"
-
-
-def _class_text(op_class: tuple) -> str:
-    if op_class[0] == "p2p":
-        return f"{op_class[2]} {op_class[3]}->{op_class[4]} of {op_class[1].label}"
-    return f"{op_class[2]} of {op_class[1].label}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Buffer:
-    """A rank's buffer read as op classes, oldest first: what the own-history rules compare."""
-
-    ops: list[tuple[int, tuple, bool]]  # (buffer index, class, whether it ends a batch of p2p ops)
-    wrapped: bool  # older ops are gone
-
-
-def buffer_of(dump: Dump, group_of) -> _Buffer:
-    """The rank's ops in the groups `group_of` knows, as classes."""
-    ops = []
-    after_p2p = False
-    for entry in dump.entries:
-        group = group_of(entry)
-        if group is None:
-            continue
-        ops.append((entry.index, _class_of_entry(entry, group), after_p2p and entry.op in size_rules.COALESCED_TERMINATORS))
-        after_p2p = entry.is_p2p
-    return _Buffer(ops, dump.wrapped)
-
-
-def _steps_between(buffer: _Buffer, blocked: tuple, wanted: tuple) -> int | None:
-    """How many earlier steps of the rank's buffer show `wanted` between two `blocked` ops, when
-    all of them (at least _HISTORY_STEPS) do and the last two `blocked` ops have none between
-    them; None otherwise (no evidence). A buffer that never wrapped holds the first step too:
-    what it holds before its first `blocked` op counts where it holds a `wanted` one."""
-    first, gaps = _gaps(buffer, blocked, wanted)
-    if not gaps or gaps[-1] or not all(gaps[:-1]):
-        return None
-    steps = len(gaps) - 1 + bool(first)
-    return steps if steps >= _HISTORY_STEPS else None
-
-
-def _in_step(buffer: _Buffer, blocked: tuple, wanted: tuple) -> bool:
-    """Whether the rank's buffer shows `wanted` between every two `blocked` ops, the last two
-    too, in at least _HISTORY_STEPS steps: it is blocked where its program has it, not astray."""
-    gaps = _gaps(buffer, blocked, wanted)[1]
-    return len(gaps) >= _HISTORY_STEPS and all(gaps)
-
-
-def _gaps(buffer: _Buffer, blocked: tuple, wanted: tuple) -> tuple[int | None, list[int]]:
-    """How many `wanted`-class ops the buffer holds before its first `blocked`-class op (None
-    where it wrapped: older ops are gone) and between each two consecutive ones."""
-    gaps: list[int] = []
-    first = None
-    count = 0
-    for _, op_class, _ in buffer.ops:
-        if op_class == blocked:
-            if first is None:
-                first = count
-            else:
-                gaps.append(count)
-            count = 0
-        elif op_class == wanted:
-            count += 1
-    return (None if buffer.wrapped else first), gaps
-
-
-def _step_cuts(buffer: _Buffer, upto: int):
-    """The rank's buffer (up to index `upto`) cut into steps, once for each class that recurs
-    least often (once a step; a pipeline's sends and recvs recur once per microbatch, with warm-up
-    and cool-down steps unlike the others), often enough to start _HISTORY_STEPS steps after the
-    first (which a buffer that never wrapped holds whole): (that class, the complete steps from one
-    op of it to the next, the step it is in, the ops before its first one). A batch's end goes
-    with its ops."""
-    classes = [op_class for index, op_class, batch_end in buffer.ops if index <= upto and not batch_end]
-    counts = Counter(classes)
-    recurring = [n for n in counts.values() if n >= _HISTORY_STEPS + buffer.wrapped]
-    for start in (c for c, n in counts.items() if recurring and n == min(recurring)):
-        cuts = [i for i, c in enumerate(classes) if c == start]
-        steps = [tuple(classes[a:b]) for a, b in zip(cuts, cuts[1:])]
-        yield start, steps, tuple(classes[cuts[-1]:]), tuple(classes[:cuts[0]])
-
-
-def _step_left_out(buffer: _Buffer, upto: int, wanted: tuple) -> tuple[int, int, tuple] | None:
-    """Where the rank's buffer repeats one step op for op and the step it is in (up to its op at
-    buffer index `upto`, the one it is blocked in), or the one before, is that step less one
-    `wanted` op: (steps repeated, ops in a step, the class that starts one). Every complete step
-    the buffer holds must be alike. None: no such evidence."""
-    for start, steps, tail, first in _step_cuts(buffer, upto):
-        for deviant, rest in ((tail, ()), (steps[-1] if steps else (), tail)):
-            known = steps[:-1] if rest else steps  # the complete steps before the deviant one: all alike
-            if not known or known.count(known[-1]) != len(known):
-                continue
-            template = known[-1]
-            # a buffer that never wrapped holds the first step, which no op of the class starts
-            repeated = len(known) + (not buffer.wrapped and first == template[1:])
-            if repeated < _HISTORY_STEPS or (rest and template[:len(rest)] != rest):  # the step after it follows the template
-                continue
-            if _one_left_out(template, deviant, wanted, complete=bool(rest)):
-                return repeated, len(template), start
-    return None
-
-
-def on_step(buffer: _Buffer, upto: int) -> tuple[tuple, tuple, tuple] | None:
-    """Where the rank's buffer repeats one step op for op (every complete step alike, at least
-    _HISTORY_STEPS of them) and the step it is in, up to buffer index `upto`, follows it so far:
-    (the step, the part of it done, the ops before the buffer's first step). None: no such step."""
-    for _, steps, tail, first in _step_cuts(buffer, upto):
-        if not steps or steps.count(steps[-1]) != len(steps):
-            continue
-        template = steps[-1]
-        repeated = len(steps) + (not buffer.wrapped and first == template[1:])
-        if repeated >= _HISTORY_STEPS and template[:len(tail)] == tail:
-            return template, tail, first
-    return None
-
-
-def _stopped_in_step(buffer: _Buffer, upto: int, wanted: tuple) -> tuple[int, int] | None:
-    """Where the rank's buffer, up to index `upto`, follows the step it repeats and stops with a
-    `wanted` op next, inside its program's loop: (ops in a step, ops done in this one). A buffer
-    that never wrapped shows where the loop starts (its first ops are the end of a step); where it
-    would end, or where a wrapped buffer cannot show it, the program may simply have ended there
-    (and a rank that issued the op ran ahead): None."""
-    found = on_step(buffer, upto)
-    if found is None or buffer.wrapped:
-        return None
-    template, done, first = found
-    loop_end = len(template) - len(first)  # ops into a step where each pass of the loop ends
-    if first != template[loop_end:] or len(done) == loop_end or template[len(done) % len(template)] != wanted:
-        return None
-    return len(template), len(done)
-
-
-def _one_left_out(template: tuple, seen: tuple, wanted: tuple, complete: bool) -> bool:
-    """Whether `seen` is `template` less one `wanted` op: all of it (`complete`), or up to where
-    it ends (a step still running, which ends in the op the rank is blocked in)."""
-    for i, (a, b) in enumerate(zip(template, seen)):
-        if a != b:
-            rest = template[i + 1:] if complete else template[i + 1:i + 1 + len(seen) - i]
-            return a == wanted and rest == seen[i:]
-    return complete and len(seen) == len(template) - 1 and template[-1] == wanted
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,85 +103,7 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
     return None
 
 
-def _done_in_batch(out: list[P2POp], into: list[P2POp]) -> tuple[list[P2POp], list[P2POp]]:
-    """The oldest send and recv of a link still open, where one of them was posted in a batch
-    with other p2p ops (it carries the batch's state, which its other ops may hold back) and the
-    other alone: both started, they would have completed together had they been partners (a
-    dump taken in a hang is not taken in the microseconds a transfer lasts), so the batched one
-    is done already and its partner was an earlier op."""
-    while out and into and out[0].state == into[0].state == "started" and out[0].batched != into[0].batched:
-        if out[0].batched:
-            out = out[1:]
-        else:
-            into = into[1:]
-    return out, into
-
-
-def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: dict[int, bool],
-              unseen: frozenset[int] = frozenset()):
-    """Pair sends with recvs first-in-first-out per (group, src, dst). Pairs with a rank whose
-    dump says nothing of the end (`unseen`: older than its peers', or its recorder off) are left
-    unmatched: never evidence against either."""
-    findings: list[Finding] = []
-    unmatched: set[int] = set()  # id() of P2POps with no partner
-    notes: list[str] = []
-    for view in views.values():
-        sends: dict[tuple[int, int], list[P2POp]] = defaultdict(list)
-        recvs: dict[tuple[int, int], list[P2POp]] = defaultdict(list)
-        for track in view.tracks.values():
-            for op in track.p2p:
-                (sends if op.kind == "send" else recvs)[(op.src, op.dst)].append(op)
-        any_recvs = {dst: ops for (src, dst), ops in recvs.items() if src == ANY_SOURCE}
-        pending_any = {dst: [o for o in ops if not (tracking.get(dst) and o.state == "completed")] for dst, ops in any_recvs.items()}
-        for pair in sorted(p for p in set(sends) | set(recvs) if p[0] != ANY_SOURCE):
-            src, dst = pair
-            if src not in dumps or dst not in dumps or src in unseen or dst in unseen:
-                continue
-            out, into = sends.get(pair, []), recvs.get(pair, [])
-            if tracking[src] and tracking[dst]:
-                # completed ops were matched (a p2p op completes only with its partner)
-                out = [o for o in out if o.state != "completed"]
-                into = [o for o in into if o.state != "completed"]
-                out, into = _done_in_batch(out, into)
-            elif dumps[src].wrapped or dumps[dst].wrapped:
-                notes.append(f"p2p {src}->{dst} in {view.group.label} not checked: a buffer wrapped and completion is not recorded")
-                continue
-            for send, recv in zip(out, into):
-                if send.entry.input_sizes != recv.entry.input_sizes or send.entry.input_dtypes != recv.entry.input_dtypes:
-                    findings.append(Finding(
-                        "size_mismatch" if send.entry.input_sizes != recv.entry.input_sizes else "dtype_mismatch",
-                        view.group, None, send.entry.p2p_seq_id, send.entry.op, (), view.group.ranks,
-                        f"rank {src} sends {list(map(list, send.entry.input_sizes))} {','.join(send.entry.input_dtypes)} "
-                        f"but rank {dst} receives {list(map(list, recv.entry.input_sizes))} {','.join(recv.entry.input_dtypes)}; "
-                        "a pair cannot tell which side is wrong", decided=False))
-                    break
-            extra = out[len(into):] or into[len(out):]
-            if extra and extra[0].kind == "send" and pending_any.get(dst):
-                # receives-from-any on the destination take the sends no named recv took, in order;
-                # where sends from several ranks wait for them, which one each takes cannot be told
-                sources = {src} | {s for (s, d), ops in sends.items() if d == dst and s != src and ops}
-                if len(sources) > 1:
-                    findings.append(Finding(
-                        "p2p_unmatched", view.group, None, extra[0].entry.p2p_seq_id, extra[0].entry.op, (), (src, dst),
-                        f"rank {dst} posted receive(s) from any rank, and ranks {', '.join(map(str, sorted(sources)))} send "
-                        "to it: which send each took cannot be told", decided=False))
-                    continue
-                taken = min(len(extra), len(pending_any[dst]))
-                del pending_any[dst][:taken]
-                extra = extra[taken:]
-            if extra:
-                first = extra[0]
-                absent = first.peer
-                unmatched.update(id(o) for o in extra)
-                other = "recv" if first.kind == "send" else "send"
-                findings.append(Finding(
-                    "p2p_unmatched", view.group, None, first.entry.p2p_seq_id, first.entry.op, (absent,), (src, dst),
-                    f"rank {first.entry.rank}'s {first.entry.op} (p2p #{first.entry.p2p_seq_id}) has no matching {other} "
-                    f"on rank {absent} ({len(extra)} unmatched)"))
-    return findings, unmatched, notes
-
-
-class WaitGraph:
+class WaitGraph(OwnHistory, ProgramOrder):
     """Who waits for whom: rank -> the op it is blocked in -> the members that never issued it."""
 
     def __init__(self, views, blockers, unmatched, dumps, tracking, unanswered: frozenset[int] = frozenset()) -> None:
@@ -614,67 +382,6 @@ class WaitGraph:
                         f"{' (and its sibling groups)' if len(first) > 1 else ''}, more than in any other op of the cycle")
         return blamed
 
-    def _program_op(self, key: tuple) -> tuple:
-        """A collective as an op of the program: its seq in its group's desc and size where sibling
-        groups share them, else the group's own op."""
-        group = self.views[key[1]].group
-        if len(self._siblings(group)) > 1:
-            return (group.desc, len(group.ranks), key[2])
-        return key
-
-    def _deviators_by_order(self, cycle_ranks: set[int], not_voting: set[int]) -> tuple[dict[int, tuple], set[int]]:
-        """Cycle ranks blocked in a collective while they never issued one that the ranks outside
-        the cycle issue before it ({rank: that op}), and the ranks those show in order (every op
-        awaiting them comes after the one they are blocked in)."""
-        deviators: dict[int, tuple] = {}
-        in_order: set[int] = set()
-        votes: dict[tuple, int] = {}  # (op, op) -> votes, asked once however many ranks wait alike
-        for rank in sorted(cycle_ranks):
-            blocked = self.op_of.get(rank)
-            if blocked is None or blocked[0] != "coll":
-                continue
-            awaited = [k for k in self._awaited_by(rank) if k[0] == "coll" and k not in self.weak and k != blocked]
-            for k in awaited:
-                if (k, blocked) not in votes:
-                    votes[(k, blocked)] = self._order_votes(k, blocked, not_voting)
-            earlier = [k for k in awaited if votes[(k, blocked)] > 0]
-            if earlier:
-                deviators[rank] = (self._first_in_program(earlier, not_voting) if len(earlier) > 1 else None) or earlier[0]
-            elif awaited and all(votes[(k, blocked)] < 0 for k in awaited):
-                in_order.add(rank)
-            elif any(votes[(k, blocked)] == 0 for k in awaited) and not self._keeps_step(rank, awaited):
-                self._unordered.add(rank)
-        return deviators, in_order
-
-    def _keeps_step(self, rank: int, awaited: list[tuple]) -> bool:
-        """Whether the rank's own buffer shows each op it is awaited in between every two of the
-        op it is blocked in, before its latest one too, or follows the step it repeats, which holds
-        them: it is where its own program has it."""
-        blocker = self.blockers.get(rank)
-        if blocker is None or rank not in self.dumps:
-            return False
-        blocked = _class_of_entry(blocker.entry, blocker.group)
-        wanted = [self._class_of_awaited(k) for k in awaited]
-        if all(w is not None and _in_step(self._buffer(rank), blocked, w) for w in wanted):
-            return True
-        # or its buffer repeats one step op for op, which holds those ops, and it follows that step
-        on_step = self._step_of(rank)
-        return on_step is not None and all(w in on_step[0] for w in wanted)
-
-    def _step_of(self, rank: int) -> tuple[tuple, tuple, tuple] | None:
-        """The step the rank's buffer repeats, where it follows it up to the op it is blocked in
-        (on_step); read once per rank."""
-        if rank not in self._steps:
-            blocker = self.blockers.get(rank)
-            self._steps[rank] = (None if blocker is None or rank not in self.dumps
-                                 else on_step(self._buffer(rank), blocker.entry.index))
-        return self._steps[rank]
-
-    def _buffer(self, rank: int) -> _Buffer:
-        if rank not in self._buffers:
-            self._buffers[rank] = buffer_of(self.dumps[rank], self._group_of(rank))
-        return self._buffers[rank]
-
     def _awaited_by(self, rank: int) -> list[tuple]:
         """The ops waiting for `rank` (an index made on first use)."""
         if self._awaiting is None:
@@ -736,44 +443,6 @@ class WaitGraph:
         self.ran_ahead[key] = tuple(issuers)
         return [(r, key) for r in issuers]
 
-    def _stayed_behind(self, key: tuple, issuers: list[int], idle: list[int]) -> str | None:
-        """Evidence that the ranks awaited in collective `key`, who wait for nobody, stopped inside
-        their program's loop with it next (_stopped_in_step), and that its issuers issued it where
-        their own loops have it: the idle ones stayed behind, none ran ahead. None: no such evidence."""
-        wanted = self._class_of_awaited(key)
-        if wanted is None or any(self.op_of.get(r) != key for r in issuers):
-            return None
-        stops = {_stopped_in_step(self._buffer(r), len(self.dumps[r].entries), wanted) for r in idle}
-        stops |= {_stopped_in_step(self._buffer(r), self.blockers[r].entry.index - 1, wanted) for r in issuers}
-        if None in stops:
-            return None
-        where = f"{stops.pop()[1]} ops into a step of its own " if len(stops) == 1 else "inside a step of its own "
-        return (f"own history: each of {ranks_word([*idle, *issuers])} repeats one step op for op, and stopped {where}"
-                f"with {_class_text(wanted)} next, before the end of its loop: {ranks_word(issuers)} issued it there, "
-                f"{ranks_word(idle)} stayed behind")
-
-    def _sibling_reached(self, view: GroupView, seq: int, held: set[int]) -> bool | None:
-        """Whether the other groups with this desc and size issued `seq` (every member of each),
-        stopped before it (every member), or cannot tell (None: none, or they disagree). A group
-        with a member in `held` (waiting, however indirectly, for the idle ranks) stopped because
-        of them, not where its program is: it says nothing of where the program is; nor does one
-        with a member that may wait in an op the dumps do not record (_may_wait_unseen)."""
-        answers = set()
-        for other in self._class_views(view.group):
-            if other is view or other.unknown or not other.known_last:
-                continue
-            lasts = set(other.known_last.values())
-            if min(lasts) >= seq:
-                answers.add(True)
-            elif max(lasts) < seq and not held.intersection(other.group.ranks) and not self._may_wait_unseen(other.group):
-                answers.add(False)
-        return answers.pop() if len(answers) == 1 else None
-
-    def _may_wait_unseen(self, group: Group) -> bool:
-        """Whether a member of the group may wait in an op the dumps do not record (a send or
-        recv, in gloo) and so stopped where its program is not: it waits for nobody they show."""
-        return self.p2p_unrecorded and any(r not in self.op_of for r in group.ranks)
-
     def _waiting_for(self, ranks) -> set[int]:
         """The ranks that wait for `ranks`, directly or through others who do."""
         held: set[int] = set()
@@ -785,157 +454,6 @@ class WaitGraph:
                         held.add(waiter)
                         todo.append(waiter)
         return held
-
-    def _left_by_history(self, cycle_ranks: set[int]) -> tuple[int, tuple, list[int]] | None:
-        """A deadlock needs a rank that left its program. Where every rank of the cycle but one
-        follows, up to the op it is blocked in, the step its own buffer repeats (on_step), that one
-        left it: (it, the op awaiting it, the others). None where two or more show nothing (or
-        none: every rank where its program has it, a deadlock of the program itself)."""
-        unshown = [rank for rank in sorted(cycle_ranks) if self._step_of(rank) is None]
-        if len(unshown) != 1:
-            return None
-        rank = unshown[0]
-        awaiting = [k for k in self._awaited_by(rank) if any(r in cycle_ranks for r in self.waiters[k])]
-        if not awaiting:
-            return None
-        first = self._first_in_program(awaiting, cycle_ranks) if len(awaiting) > 1 else None
-        return rank, first or awaiting[0], sorted(cycle_ranks - {rank})
-
-    def _deviators_by_history(self, cycle_ranks: set[int]) -> tuple[dict[int, tuple], list[str]]:
-        """Cycle ranks whose latest op breaks the order their own buffer repeats.
-
-        A rank r blocked in op class A and awaited by the others in op class B: if, in r's own
-        buffer, every two consecutive A's before the last have a B between them (at least
-        _HISTORY_STEPS times) and the last two A's have none, r skipped B this step; so too where
-        its buffer repeats one step op for op and the step it is in lacks one B (_step_left_out: a
-        pipeline stage that left out one of its microbatches' receives). Ops of any kind are
-        classes: a collective by group, op and sizes; a send or recv by group and peers.
-        """
-        deviators: dict[int, tuple] = {}
-        evidence: list[str] = []
-        for rank in sorted(cycle_ranks):
-            blocker = self.blockers.get(rank)
-            if blocker is None or rank not in self.dumps:
-                continue
-            blocked = _class_of_entry(blocker.entry, blocker.group)
-            for key in self._awaited_by(rank):
-                wanted = self._class_of_awaited(key)
-                if wanted is None:
-                    continue
-                steps = _steps_between(self._buffer(rank), blocked, wanted)
-                if steps is not None:
-                    evidence.append(f"own history: rank {rank}'s buffer shows {_class_text(wanted)} between every two "
-                                    f"{_class_text(blocked)} in its last {steps} steps, and not before its latest one")
-                else:
-                    left_out = _step_left_out(self._buffer(rank), blocker.entry.index, wanted)
-                    if left_out is None:
-                        continue
-                    steps, size, start = left_out
-                    evidence.append(f"own history: rank {rank}'s buffer repeats one step of {size} ops (from one "
-                                    f"{_class_text(start)} to the next) in its last {steps} steps; the step it is in "
-                                    f"has one {_class_text(wanted)} fewer")
-                deviators[rank] = key
-                break
-        return deviators, evidence
-
-    def _group_of(self, rank: int):
-        """entry -> the group `rank`'s entry belongs to (None for a group no view holds)."""
-        if self._groups_by_rank is None:
-            self._groups_by_rank = {(r, v.group.name): v.group for v in self.views.values() for r in v.group.ranks}
-        groups = self._groups_by_rank
-        return lambda entry: groups.get((rank, entry.pg_name))
-
-    def _class_of_awaited(self, key: tuple) -> tuple | None:
-        """The class of op an awaited rank would issue to release the waiters of `key`."""
-        blocker = self.blocker_of_op[key]
-        if key[0] == "coll":
-            return _class_of_entry(blocker.entry, blocker.group)
-        if blocker.p2p is None:
-            return None
-        other = "recv" if blocker.p2p.kind == "send" else "send"
-        return ("p2p", blocker.group.key, other, blocker.p2p.src, blocker.p2p.dst)
-
-    def _first_in_program(self, ops: list[tuple], cycle_ranks: set[int]) -> tuple | None:
-        """The op of a cycle that the other ranks' buffers show coming before all the others."""
-        collectives = [k for k in ops if k[0] == "coll"]
-        if len(collectives) < 2:
-            return None
-        wins: dict[tuple, set[tuple]] = {k: set() for k in collectives}  # op -> ops it comes before
-        for a in collectives:
-            for b in collectives:
-                if a is b or b in wins[a] or a in wins[b]:
-                    continue
-                votes = self._order_votes(a, b, cycle_ranks)
-                if votes > 0:
-                    wins[a].add(b)
-                elif votes < 0:
-                    wins[b].add(a)
-        firsts = [k for k in collectives if len(wins[k]) == len(collectives) - 1]
-        return firsts[0] if len(firsts) == 1 else None
-
-    def _order_votes(self, a: tuple, b: tuple, cycle_ranks: set[int]) -> int:
-        """How many more ranks outside `cycle_ranks` show collective `a` before `b` than after it.
-        A lone witness that issued one op and never reached the other is none: it may have left
-        the other out (a second fault)."""
-        voters = [r for r in self.dumps if r not in cycle_ranks]
-        votes = self._votes(a, b, voters)
-        if len(votes) == 1 and not self._votes(a, b, voters, issued_both=True):
-            return 0
-        return sum(votes)
-
-    def _votes(self, a: tuple, b: tuple, voters, issued_both: bool = False) -> list[int]:
-        """Each voter's word on whether collective `a` comes before `b`: 1, -1 (after) or none.
-
-        Ops are compared by class: the same seq in any group with the same desc and size (the
-        other TP or DP replicas run the same program). A rank that issued one op and then the
-        other, or (unless `issued_both`) issued one and has not reached the other, is a vote.
-        """
-        votes = []
-        for rank in voters:
-            pos_a, pos_b = self._position(rank, a), self._position(rank, b)
-            if pos_a is None or pos_b is None or (pos_a == _NOT_REACHED and pos_b == _NOT_REACHED):
-                continue
-            if issued_both and _NOT_REACHED in (pos_a, pos_b):
-                continue
-            votes.append(1 if pos_b == _NOT_REACHED or (pos_a != _NOT_REACHED and pos_a < pos_b) else -1)
-        return votes
-
-    def first_missed(self, rank: int, keys: list[tuple]) -> tuple | None:
-        """Of the collectives `rank` never issued (op keys), the one the other ranks' programs show
-        first, where they show one, and someone waits in it: the root of that rank's desync."""
-        first = self._first_in_program(keys, {rank}) if len(keys) > 1 else None
-        return first if first in self.blocker_of_op else None
-
-    def _position(self, rank: int, op: tuple) -> int | None:
-        """Where `rank` issued the op of this class: its buffer index, _NOT_REACHED, or None (unknown)."""
-        _, group, seq = op
-        for view in self._class_views(group):
-            if rank not in view.group.ranks:
-                continue
-            unit = view.unit(seq, rank)
-            if unit is not None:
-                return unit[0].index
-            last = view.known_last.get(rank)
-            return _NOT_REACHED if last is not None and last < seq else None
-        return None
-
-    def _siblings(self, group: Group) -> list[GroupView]:
-        """The views of the group and of the groups with its desc and size (the other TP or DP
-        replicas); the group's alone where it has no desc."""
-        desc = group.desc
-        if not desc or desc == "undefined":
-            return [self.views[group.key]]
-        return [v for v in self.views.values() if v.group.desc == desc and len(v.group.ranks) == len(group.ranks)]
-
-    def _comparable(self, group: Group) -> bool:
-        """Whether the group and its siblings all have their own numbers."""
-        return all(v.own_numbers for v in self._siblings(group))
-
-    def _class_views(self, group: Group) -> list[GroupView]:
-        own = self.views[group.key]
-        if not own.own_numbers:
-            return [own]
-        return [v for v in self._siblings(group) if v.own_numbers]
 
     def missing_findings(self, frontier: dict[tuple, int]) -> list[Finding]:
         findings = []
