@@ -712,6 +712,7 @@ def _out_of_memory(job):
     raise MemoryError
 
 
+@pytest.mark.process
 def test_a_worker_out_of_memory_is_said_as_the_machines_limit_from_its_exit_status():
     """Where reading a file runs out of memory, the worker ends at once with its own status (building
     a message needs the memory there is none of: glibc spun in mmap for minutes, and the run hung),

@@ -1,0 +1,39 @@
+"""tests/mutation.py runs mutmut part by part: every module pyproject.toml gives mutmut is in
+exactly one part, and every part's module exists."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+from mutation import PARTS, dotted, part_of
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def only_mutate() -> list[str]:
+    """[tool.mutmut] only_mutate of pyproject.toml (read by hand: tomllib is 3.11's)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    listed = re.search(r"^only_mutate = \[(.*?)\]", text, re.S | re.M)
+    assert listed, "pyproject.toml has no [tool.mutmut] only_mutate list"
+    return re.findall(r'"([^"]+)"', listed.group(1))
+
+
+def test_every_mutated_module_is_in_one_part():
+    in_parts = Counter("src/frtrace/" + module for modules in PARTS.values() for module in modules)
+    assert [path for path, count in in_parts.items() if count > 1] == []
+    assert sorted(in_parts) == sorted(only_mutate())
+
+
+def test_every_part_names_a_module_that_exists():
+    missing = [module for modules in PARTS.values() for module in modules if not (ROOT / "src/frtrace" / module).is_file()]
+    assert missing == []
+
+
+def test_a_mutant_is_counted_in_the_part_of_its_module():
+    assert dotted("analysis/align.py") == "frtrace.analysis.align."
+    assert part_of("frtrace.analysis.align.x_build_tracks__mutmut_3") == "align"
+    assert part_of("frtrace.analysis.waitgraph.xǁWaitGraphǁculprits__mutmut_1") == "waitgraph"
+    assert part_of("frtrace.analysis.alignment.x_f__mutmut_1") is None  # a prefix of a name is not its module
+    assert part_of("frtrace.reading.workers.x_in_workers__mutmut_1") is None
