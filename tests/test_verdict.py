@@ -365,15 +365,50 @@ def test_every_op_stuck_below_pytorch_is_a_finding_with_the_states_it_was_left_i
            2: pair("1", "a", "started"), 3: pair("1", "a", "scheduled"), 4: pair("2", "b", "completed"), 5: pair("2", "b", "scheduled")}
     result = run({r: nccl(entries, groups) for r, entries in raw.items()})
     # in a, rank 2's stream started the op and rank 3's never did: rank 3's GPU never reached it (issue 27)
-    assert result.verdict == "stuck" and result.culprit_ranks == (3, 5)
-    assert result.headline == ("STUCK: rank 3 never started all_reduce #1 of a, which every member issued and the others "
-                               "started: its GPU never reached it (a kernel before it never ended) (and 1 more stuck op, "
-                               "see the findings)")
-    assert result.evidence == ("op states: rank 3 left all_reduce #1 of a scheduled where every other member started it",
+    assert result.verdict == "stuck" and result.culprit_ranks == (0, 1, 3, 5)
+    assert result.headline == ("STUCK: ranks 0-1 never completed send 0->1 (p2p #1) of default_pg, which both ends posted: "
+                               "stuck below PyTorch (NCCL, network or a GPU) (and 2 more stuck ops, see the findings)")
+    assert result.evidence == ("completion recorded: both ends posted send 0->1 (p2p #1) of default_pg, ranks 0-1 never completed it",
+                               "op states: rank 3 left all_reduce #1 of a scheduled where every other member started it",
                                "completion recorded: every member issued all_reduce #1 of b, rank 5 never completed it")
     assert [(f.group.label, f.ranks, f.detail.split(" [decided by ")[0]) for f in result.findings] == [
+        ("default_pg", (0, 1), "rank 0's send 0->1 (p2p #1) and rank 1's recv 1<-0 (p2p #1) both posted, completed on "
+                               "neither (state scheduled)"),
         ("a", (3,), "issued by all 2 members; rank 3 never started it (scheduled) where rank 2 did: its GPU never reached it"),
         ("b", (5,), "issued by all 2 members, not completed on rank 5 (state scheduled)")]
+    assert {rank: cause for rank, (cause, _) in result.causes.items()} == {
+        0: "stuck_below_pytorch", 1: "stuck_below_pytorch", 3: "gpu_never_reached", 5: "stuck_below_pytorch"}
+
+
+@pytest.mark.parametrize("state", ["scheduled", "started"])
+def test_a_send_and_its_recv_both_posted_and_never_completed_are_stuck_below_pytorch_not_clean(state):
+    """SYNTHETIC (NCCL records completion; gloo records no send or recv): ranks 0 and 1 posted a
+    matched send and recv that never completed, and ranks 2-3 wait for them in the next
+    all_reduce: a link lost under the pair, as a collective every member issued and none finished
+    (was: CLEAN, 'nobody waits for another rank', where only the pair was left)."""
+    world = {"0": ("default_pg", range(4))}
+    raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1, state=state)], 1: _nccl_done(1) + [p2p("recv", 1, 0, 1, state=state)],
+           2: _nccl_done(1) + [entry(seq=2, backend="nccl", state="started")],
+           3: _nccl_done(1) + [entry(seq=2, backend="nccl", state="started")]}
+    result = run({r: nccl(entries, world) for r, entries in raw.items()})
+    assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1))
+    assert result.headline == ("STUCK: ranks 0-1 never completed send 0->1 (p2p #1) of default_pg, which both ends posted: "
+                               "stuck below PyTorch (NCCL, network or a GPU)")
+    assert result.evidence == ("completion recorded: both ends posted it, ranks 0-1 never completed it",
+                               "consequence: ranks 2-3 wait in other ops for ranks stuck below PyTorch")
+    alone = run({r: nccl(raw[r], {"0": ("default_pg", (0, 1))}) for r in (0, 1)})
+    assert (alone.verdict, alone.culprit_ranks) == ("stuck", (0, 1))
+
+
+def test_a_send_whose_peer_is_blocked_in_another_op_is_no_stuck_pair():
+    """Rank 1 never reached its recv (its first unfinished op is an all_reduce rank 0 never
+    issued): the send waits on rank 1's program, not below PyTorch."""
+    world = {"0": ("default_pg", (0, 1))}
+    raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1, state="started")],
+           1: _nccl_done(1) + [entry(seq=2, backend="nccl", state="started"), p2p("recv", 1, 0, 1, state="scheduled")]}
+    result = run({r: nccl(entries, world) for r, entries in raw.items()})
+    assert [f for f in result.findings if f.kind == "not_completed"] == []
+    assert result.verdict != "stuck"
 
 
 def test_a_rank_whose_buffer_wrapped_past_the_group_is_not_said_to_have_never_issued_the_op():

@@ -159,7 +159,7 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         elif stuck and (unseen := _unseen_in(stuck, stale, silent)):
             verdict = "inconclusive"
             f = stuck[0]
-            headline = (f"{f.op} #{f.collective_seq_id} of {f.group.label} never completed on {ranks_word(f.ranks)}, but "
+            headline = (f"{_stuck_op(f)} never completed on {ranks_word(f.ranks)}, but "
                         f"{unseen}: whether {by_number(f.ranks, 'it waits', 'they wait')} for them cannot be told")
             root_ids.update(id(s) for s in stuck)
             evidence = [f"undecided: {headline}"]
@@ -169,7 +169,7 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             for finding in reversed(stuck):  # the first op that holds a rank says how it is stuck
                 named_by.update(dict.fromkeys(finding.ranks, "gpu" if _gpu_never_reached(finding) else "stuck"))
             f = stuck[0]
-            op = f"{f.op} #{f.collective_seq_id} of {f.group.label}, which every member issued"
+            op = f"{_stuck_op(f)}, which {'both ends posted' if _is_pair(f) else 'every member issued'}"
             if _gpu_never_reached(f):
                 headline = (f"{ranks_word(f.ranks)} never started {op} and the others started: "
                             f"{by_number(f.ranks, 'its GPU', 'their GPUs')} never reached it (a kernel before it never ended)")
@@ -558,6 +558,18 @@ def _stuck_below(graph_culprits: list[tuple[int, tuple | None]], stuck: list[Fin
     return holding
 
 
+def _is_pair(finding: Finding) -> bool:
+    """A stuck send and recv (waitgraph's _stuck_pair), not a collective."""
+    return finding.collective_seq_id is None and finding.p2p_seq_id is not None
+
+
+def _stuck_op(finding: Finding) -> str:
+    """The op a stuck finding names: `all_reduce #7 of tp0`, or a pair's `send 0->1 (p2p #3) of pp0`."""
+    if _is_pair(finding):
+        return f"{finding.op} (p2p #{finding.p2p_seq_id}) of {finding.group.label}"
+    return f"{finding.op} #{finding.collective_seq_id} of {finding.group.label}"
+
+
 def _gpu_never_reached(finding: Finding) -> bool:
     return NEVER_STARTED in finding.detail
 
@@ -566,8 +578,9 @@ def _stuck_evidence(finding: Finding, alone: bool) -> str:
     if _gpu_never_reached(finding):
         return (f"op states: {ranks_word(finding.ranks)} left {finding.op} #{finding.collective_seq_id} of "
                 f"{finding.group.label} scheduled where every other member started it")
-    what = "it" if alone else f"{finding.op} #{finding.collective_seq_id} of {finding.group.label}"
-    return f"completion recorded: every member issued {what}, {ranks_word(finding.ranks)} never completed it"
+    posted = "both ends posted" if _is_pair(finding) else "every member issued"
+    what = "it" if alone else _stuck_op(finding)
+    return f"completion recorded: {posted} {what}, {ranks_word(finding.ranks)} never completed it"
 
 
 def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:

@@ -517,11 +517,37 @@ class WaitGraph(OwnHistory, ProgramOrder):
         unit = self.views[blocker.group.key].unit(blocker.seq, rank)
         return unit[0].index if unit else -1
 
+    def _stuck_pair(self, rank: int, blocker: Blocker) -> Finding | None:
+        """A send and its recv, each the first op its rank has not completed, both ranks recording
+        completion: the pair hangs below PyTorch as a collective that all its members issued and none
+        finished does (a link lost). None where the peer is blocked elsewhere, or is not recording."""
+        op = blocker.p2p
+        other = self.joined_by_all.get(op.peer)
+        if other is None or other.p2p is None or not self.tracking.get(op.peer):
+            return None
+        theirs = other.p2p
+        if (theirs.kind == op.kind or theirs.peer != rank or other.group.key != blocker.group.key
+                or theirs.batched != op.batched):  # a batched op may have been done where its partner was not
+            return None
+        send, recv = (blocker, other) if op.kind == "send" else (other, blocker)
+        states = sorted({op.state, theirs.state})
+        return Finding(
+            "not_completed", blocker.group, None, send.entry.p2p_seq_id, send.entry.op, tuple(sorted((rank, op.peer))),
+            tuple(sorted((rank, op.peer))),
+            f"rank {send.rank}'s {send.entry.op} (p2p #{send.entry.p2p_seq_id}) and rank {recv.rank}'s {recv.entry.op} "
+            f"(p2p #{recv.entry.p2p_seq_id}) both posted, completed on neither (state {', '.join(states)})")
+
     def stuck_findings(self) -> list[Finding]:
         findings = []
         seen: set[tuple] = set()
         for rank, blocker in sorted(self.joined_by_all.items()):
-            if not self.tracking.get(rank) or blocker.p2p is not None:
+            if not self.tracking.get(rank):
+                continue
+            if blocker.p2p is not None:
+                pair = self._stuck_pair(rank, blocker)
+                if pair is not None and ("p2p", blocker.group.key, pair.ranks) not in seen:
+                    seen.add(("p2p", blocker.group.key, pair.ranks))
+                    findings.append(pair)
                 continue
             key = (blocker.group.key, blocker.seq)
             if key in seen:
