@@ -451,3 +451,19 @@ def test_an_op_queued_behind_the_ranks_own_op_in_flight_is_no_gpu_that_never_rea
     assert (result.verdict, result.culprit_ranks, result.cause) == ("stuck", culprits, cause)
     roots = [(f.group.desc, f.collective_seq_id) for f in result.findings if f.root_cause]
     assert roots == [("tp", 1)]
+
+
+def test_a_member_that_issued_no_op_of_its_group_is_said_so_not_given_a_last_op_numbered_0():
+    groups = {"0": ("default_pg", (0, 1)), "1": ("b", (0, 1))}
+    raw = {0: _nccl_done(1) + [entry(seq=1, pg="1", desc="b", backend="nccl", state="started")], 1: _nccl_done(1)}
+    result = run({r: nccl(entries, groups) for r, entries in raw.items()})
+    assert [f.detail for f in result.findings] == ["rank 1 never issued it; rank 0 did (rank 1 issued no op of b)"]
+
+
+def test_ranks_that_ran_ahead_of_members_that_issued_no_op_of_the_group_say_so():
+    groups = {"0": ("default_pg", (0, 1, 2)), "1": ("tp", (0, 1, 2))}
+    raw = {0: _nccl_done(1) + [entry(seq=1, pg="1", desc="tp", backend="nccl", state="started")], 1: _nccl_done(1), 2: _nccl_done(1)}
+    result = run({r: nccl(entries, groups) for r, entries in raw.items()})
+    assert result.culprit_ranks == (0,)
+    assert [f.detail.split(" [decided by ")[0] for f in result.findings] == [
+        "rank 0 issued it alone; ranks 1-2 never did and wait for nobody (they issued no op of tp)"]

@@ -596,10 +596,12 @@ def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:
             result.append(f)
             continue
         idle = graph.waits_on[key]
+        last = max(graph.views[f.group.key].known_last.get(r, 0) for r in idle)
         result.append(Finding("extra_op", f.group, f.collective_seq_id, None, f.op, issuers, f.expected_ranks,
                               f"{ranks_word(issuers)} issued it alone; {ranks_word(idle)} never did and "
                               f"{by_number(idle, 'waits', 'wait')} for nobody "
-                              f"(their last op in {f.group.label} is #{max(graph.views[f.group.key].known_last.get(r, 0) for r in idle)})"))
+                              + (f"(their last op in {f.group.label} is #{last})" if last else
+                                 f"({by_number(idle, 'it', 'they')} issued no op of {f.group.label})")))
     return result
 
 

@@ -466,7 +466,8 @@ class WaitGraph(OwnHistory, ProgramOrder):
             if key in self.weak:
                 detail = f"{self._unseen(awaited, view.group)}; {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} in it"
             else:
-                lasts = "; ".join(f"rank {r}'s last op in {view.group.label} is #{view.known_last[r]}" for r in awaited[:4])
+                lasts = "; ".join(f"rank {r}'s last op in {view.group.label} is #{view.known_last[r]}" if view.known_last[r]
+                                  else f"rank {r} issued no op of {view.group.label}" for r in awaited[:4])
                 if len(awaited) > 4:
                     lasts += f"; ... ({len(awaited) - 4} more)"
                 detail = f"{ranks_word(awaited)} never issued it; {ranks_word(view.issuers(key[2]))} did ({lasts})"
