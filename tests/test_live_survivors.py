@@ -473,9 +473,15 @@ def test_a_job_s_store_gives_the_ranks_to_ask_and_a_rank_missing_there_is_silent
         (0, _url(servers[0]), None), (1, _url(servers[1]), None), (2, "", why), (3, _url(servers[3]), None)]
     assert snap.as_dict()["live"]["silent"] == [{"rank": 2, "url": "", "error": why}]
     assert json.loads((out / "manifest.json").read_text())["ranks"][2] == {
-        "rank": 2, "url": "", "seconds": 0.0, "answered": False, "error": why}
+        "rank": 2, "url": "", "seconds": 0.0, "answered": False, "error": why, "asked": False}
     assert log.getvalue().splitlines()[0] == f"frtrace: rank 2: {why}"
     assert snap.result.culprit_ranks == (2,)  # ranks 0-1,3 wait for it in all_reduce #10
+    # never asked, so nothing is known of its process: not said to be gone, nor to have not answered
+    report = snap.result.as_dict()
+    assert report["causes"]["2"]["cause"] == "unknown" and "whether its process is alive cannot be told" in report["causes"]["2"]["said"]
+    assert "left no address for frtrace live to ask" in snap.result.headline
+    assert "did not answer" not in snap.text() and "gone" not in snap.text()
+    assert "Now (the ranks' Python stacks): rank 2 was not asked (no address)" in snap.text().splitlines()
 
 
 def test_a_store_without_any_worker_says_how_to_start_them(store):

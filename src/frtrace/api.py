@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from .reading.anchor import Anchoring, anchor_relative_seqs
 from .builder import build_database, write_database
-from .reading.discover import UNANSWERED, Discovery, find_dump_files
+from .reading.discover import UNANSWERED, UNASKED, Discovery, find_dump_files
 from .errors import OutputError, UsageError, display_path, printable
 from .reading.groups import GroupTable, resolve_groups
 from .reading.stacks import read_stack_files
@@ -282,8 +282,9 @@ def analysis_of(loaded: LoadResult, table: GroupTable, anchoring: Anchoring | No
     if anchoring is None:
         anchoring = anchor_relative_seqs(loaded.dumps, table)
     unanswered = frozenset(rank for rank, why in loaded.unread.items() if UNANSWERED in why)
+    unasked = frozenset(rank for rank, why in loaded.unread.items() if UNASKED in why)
     return analyze(loaded.dumps, table, notes=loaded.notes, anchoring=anchoring, unanswered=unanswered,
-                   stacks=loaded.stacks)
+                   unasked=unasked, stacks=loaded.stacks)
 
 
 def analyzed(loaded: LoadResult, table: GroupTable, trace_dir: str, inputs: frozenset[tuple[int, int]]) -> Result:

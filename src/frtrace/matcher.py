@@ -27,14 +27,16 @@ __all__ = ["analyze", "format_ranks"]
 
 
 def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = (), anchoring: Anchoring | None = None,
-            unanswered: frozenset[int] = frozenset(), stacks: dict | None = None) -> Analysis:
+            unanswered: frozenset[int] = frozenset(), stacks: dict | None = None,
+            unasked: frozenset[int] = frozenset()) -> Analysis:
     """Match the collectives of every group across its ranks and name the culprit of a desync.
 
     `notes` are earlier layers' remarks, carried into Analysis.warnings. `anchoring` says how
     the seq ids of process-wide counters were lined up (anchor.py): groups numbered from the
     oldest op held are never compared with their siblings by number, and where a group could
     not be lined up the verdict is inconclusive, whatever the (unreliable) matching finds.
-    `unanswered`: ranks without a dump because they did not answer frtrace live (said so).
+    `unanswered`: ranks without a dump because they did not answer frtrace live (said so);
+    `unasked`: because frtrace live had no address to ask them at (nothing known of their process).
     `stacks`: ranks' Python threads (reading.stacks), read beside the dumps: they name a cause.
     """
     anchoring = anchoring or Anchoring()
@@ -106,7 +108,7 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     notes.extend(p2p_notes)
 
     blockers = {rank: blocker_of(dumps[rank], tracks_by_rank[rank], views, table, tracking[rank]) for rank in dumps}
-    graph = WaitGraph(views, blockers, unmatched, dumps, tracking, unanswered)
+    graph = WaitGraph(views, blockers, unmatched, dumps, tracking, unanswered, unasked)
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
 

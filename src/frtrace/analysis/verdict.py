@@ -411,6 +411,9 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
         elif rank not in dumps and rank in with_stacks:  # _with_stacks says where it is
             causes[rank] = ("compute_or_data_stall", "left no dump, but its Python stack shows its process alive, in no "
                             "collective: computing or loading data (gloo dumps only from inside a collective)")
+        elif rank not in dumps and rank in graph.unasked:
+            causes[rank] = ("unknown", "left no debug-server address for frtrace live to ask: it never started the debug "
+                            "server; whether its process is alive cannot be told")
         elif rank not in dumps:
             causes[rank] = ("process_gone", "did not answer frtrace live: its process may be gone or its host unreachable"
                             if rank in graph.unanswered else "left no dump: its process is gone or its host unreachable")

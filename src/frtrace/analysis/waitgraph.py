@@ -106,7 +106,8 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
 class WaitGraph(OwnHistory, ProgramOrder):
     """Who waits for whom: rank -> the op it is blocked in -> the members that never issued it."""
 
-    def __init__(self, views, blockers, unmatched, dumps, tracking, unanswered: frozenset[int] = frozenset()) -> None:
+    def __init__(self, views, blockers, unmatched, dumps, tracking, unanswered: frozenset[int] = frozenset(),
+                 unasked: frozenset[int] = frozenset()) -> None:
         self.views = views
         self.blockers: dict[int, Blocker | None] = blockers
         self.dumps = dumps
@@ -126,6 +127,7 @@ class WaitGraph(OwnHistory, ProgramOrder):
         self.undecided_behind: list[str] = []  # what no strong rule decides beside a decided culprit
         self._unordered: set[int] = set()  # blocked ranks awaited in another op, of which nothing tells the order
         self.unanswered = unanswered  # ranks with no dump because they did not answer frtrace live
+        self.unasked = unasked  # ... because frtrace live had no address to ask them at (their debug server never started)
         # gloo records no send or recv: a rank that waits for nobody may wait in one (a pipeline stage)
         self.p2p_unrecorded = bool(dumps) and all(d.entries.from_gloo for d in dumps.values() if len(d.entries))
         for rank, blocker in blockers.items():
@@ -492,8 +494,13 @@ class WaitGraph(OwnHistory, ProgramOrder):
 
     def no_dump(self, ranks) -> str:
         """Why the ranks have no dump, in words."""
+        if all(r in self.unasked for r in ranks):
+            return ("left no address for frtrace live to ask (its debug server never started; whether the process is "
+                    "alive cannot be told)")
         if all(r in self.unanswered for r in ranks):
             return "did not answer when frtrace live asked (the process may be gone or its host unreachable)"
+        if all(r in self.unanswered or r in self.unasked for r in ranks):
+            return "did not answer frtrace live or left no address to ask (a process may be gone)"
         return "left no readable dump"
 
     def _unseen(self, ranks, group: Group) -> str:

@@ -59,6 +59,7 @@ class Answer:
     recorder: str = HANDLERS["trace"]  # the handler `trace_file` came from
     other_file: str | None = None  # the backend-neutral recorder's entries where NCCL's is `trace_file`
     stacks_error: str | None = None  # why the stacks were not kept, where the recorder was
+    asked: bool = True  # False: there was no address to ask it at (none in the job's store)
     refused: bool = False  # it answered with another rank's or another job's recorder; `error` says whose
 
     @property
@@ -521,6 +522,7 @@ def _manifest(answers: list[Answer], taken_at: float) -> dict:
          **({"error": a.error} if a.error else {"recorder": a.recorder}),
          **({"stacks_error": a.stacks_error} if a.stacks_error else {}),
          **({"refused": True} if a.refused else {}),
+         **({"asked": False} if not a.asked else {}),
          **({"other_recorder": f"{SNAPSHOT_OTHER_RECORDER}/{snapshot_dump_name(a.rank)}"} if a.other_file is not None else {})}
         for a in answers]}
 

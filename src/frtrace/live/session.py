@@ -92,7 +92,7 @@ def live_snapshot(*, store: str | None = None, workers: Sequence[str] = (), worl
         else:
             urls, missing = {rank: worker_url(text) for rank, text in enumerate(workers)}, {}
         _one_worker_each(urls)
-        absent = [Answer(rank, "", None, None, why, 0.0) for rank, why in missing.items()]
+        absent = [Answer(rank, "", None, None, why, 0.0, asked=False) for rank, why in missing.items()]
         for name in ("a", "b") if interval else ("",):
             if name == "b":
                 time.sleep(interval)
@@ -109,9 +109,9 @@ def live_snapshot(*, store: str | None = None, workers: Sequence[str] = (), worl
     result = analyze_dumps(later, jobs=jobs)  # the manifest says who did not answer (reading/discover.py)
     moved = _moved(analyze_dumps(os.path.join(out_dir, "a"), jobs=jobs), result) if interval else None
     stacks = result.loaded.stacks  # the snapshot's stacks/ as the analysis read them (reading/stacks.py)
-    gone = {a.rank for a in silent}
+    gone = {a.rank: "did not answer" if a.asked else "was not asked (no address)" for a in silent}
     places = {rank: at for rank in result.culprit_ranks
-              if (at := "did not answer" if rank in gone else where_in(stacks[rank]) if rank in stacks else None)}
+              if (at := gone.get(rank) or (where_in(stacks[rank]) if rank in stacks else None))}
     return LiveSnapshot(out_dir, later, answers, result, moved, places)
 
 

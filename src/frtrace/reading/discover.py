@@ -241,6 +241,7 @@ def walked(directory: str, prefix: str | None = None) -> Found:
 
 MAX_MANIFEST_BYTES = 16 << 20  # a snapshot of a million ranks' addresses and times
 UNANSWERED = "did not answer frtrace live"  # the reason a snapshot's silent rank is unread (api.analyzed reads it)
+UNASKED = "had no address for frtrace live to ask"  # ... and of a rank with no debug server in the store (likewise)
 # a snapshot folder as frtrace live writes it (live/fetch.py) and this module reads it back
 SNAPSHOT_MANIFEST = "manifest.json"
 SNAPSHOT_STACKS = "stacks"
@@ -318,10 +319,13 @@ def live_snapshot_in(directory: str, found: Found, read=None) -> None:
         if not entry["answered"]:
             rank, why = entry["rank"], printable(str(entry.get("error") or "no answer"))[:200]
             name = snapshot_dump_name(rank)
-            guess = ("its answer was another's: check its address" if entry.get("refused") is True else
-                     "its process may be gone or its host unreachable")
-            found.unreadable.append((placed(os.path.join(directory, name), name, split_name(name, None)),
-                                     f"rank {rank} {UNANSWERED} ({why}); {guess}"))
+            if entry.get("asked") is False:  # never asked: nothing is known of its process
+                said = f"rank {rank} {UNASKED} ({why}); whether its process is alive cannot be told"
+            else:
+                guess = ("its answer was another's: check its address" if entry.get("refused") is True else
+                         "its process may be gone or its host unreachable")
+                said = f"rank {rank} {UNANSWERED} ({why}); {guess}"
+            found.unreadable.append((placed(os.path.join(directory, name), name, split_name(name, None)), said))
 
 
 def finish(found: Found, prefix_given: bool = False) -> Discovery:
