@@ -242,7 +242,8 @@ def test_the_snapshot_is_a_new_folder_never_written_into(tmp_path, capsys):
     assert [p.name for p in taken.iterdir()] == ["notes.txt"] and len(list(tmp_path.iterdir())) == 1
 
 
-@pytest.mark.parametrize("text", ["https://host:1", "host", "http://host:1/handler/x", "http://host:99999", "file:///etc/passwd"])
+@pytest.mark.parametrize("text", ["https://host:1", "host", "http://host:1/handler/x", "http://host:99999", "file:///etc/passwd",
+                                  "http://[::1:5", "node[3:29600"])  # an unclosed '[' was a ValueError from urllib
 def test_a_worker_address_is_http_host_port_or_a_usage_error(text):
     with pytest.raises(UsageError, match="not a debug-server worker address"):
         fetch.worker_url(text)

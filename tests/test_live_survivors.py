@@ -446,10 +446,10 @@ def test_each_rank_s_worker_comes_from_its_key_in_the_store_and_a_rank_without_o
     """Ranks 0-2 have a key (rank 2's holds no address), rank 3 none, rank 4 one: without a world,
     the world is the consecutive keys from rank 0."""
     master, debug = store
-    for rank, text in ((0, "127.0.0.1:29600"), (1, "http://node1:29600"), (2, "not an address"), (4, "node4:29600")):
+    for rank, text in ((0, "127.0.0.1:29600"), (1, "http://node1:29600"), (2, "not an address\x1b[2J"), (4, "node4:29600")):
         debug.set(f"rank{rank}", text)
     address = f"127.0.0.1:{master.port}"
-    garbage = "the store holds no worker address for it ('not an address')"
+    garbage = "the store holds no worker address for it ('not an address\\x1b[2J')"  # escaped once, never raw
 
     assert fetch.store_workers(address, None, 5) == ({0: "http://127.0.0.1:29600", 1: "http://node1:29600"}, {2: garbage})
     assert fetch.store_workers(address, 5, 5) == (

@@ -89,12 +89,13 @@ def _contents(path: str | None) -> bytes | None:
 def worker_url(text: str) -> str:
     """`http://host:port` from what a user or a store gave (a bare host:port too); UsageError else."""
     url = text if "://" in text else f"http://{text}"
-    parts = urllib.parse.urlsplit(url)
     try:
+        parts = urllib.parse.urlsplit(url)  # ValueError for an unclosed '[' (an IPv6 host)
         port = parts.port
     except ValueError:
-        port = None
-    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/") or parts.query:
+        parts, port = None, None
+    if (parts is None or parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/")
+            or parts.query):
         raise UsageError(f"{printable(text)}: not a debug-server worker address; give http://HOST:PORT "
                          "(what the job's store holds under debug_server/rank<R>)")
     return f"http://{parts.netloc}"
@@ -629,7 +630,7 @@ def store_workers(address: str, world: int | None, timeout: float) -> tuple[dict
             try:
                 urls[rank] = worker_url(text)
             except UsageError:
-                missing[rank] = f"the store holds no worker address for it ({printable(text[:80])!r})"
+                missing[rank] = f"the store holds no worker address for it ({printable(repr(text[:80]))})"
     except (RuntimeError, OSError) as exc:  # torch's store errors are RuntimeErrors (DistStoreError)
         raise UsageError(f"--store {printable(address)}: cannot read the job's store ({_reason(exc)}); check "
                          "MASTER_ADDR:MASTER_PORT and that the job runs") from None
