@@ -3,6 +3,8 @@ notes, and which findings come first."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import entry, make_dump, ops
@@ -467,3 +469,17 @@ def test_ranks_that_ran_ahead_of_members_that_issued_no_op_of_the_group_say_so()
     assert result.culprit_ranks == (0,)
     assert [f.detail.split(" [decided by ")[0] for f in result.findings] == [
         "rank 0 issued it alone; ranks 1-2 never did and wait for nobody (they issued no op of tp)"]
+
+
+FIXTURE_SETS = sorted(path.parent for path in (Path(__file__).resolve().parents[1] / "fixtures").rglob("expected.json"))
+
+
+@pytest.mark.parametrize("folder", FIXTURE_SETS, ids=lambda path: path.name)
+def test_no_root_cause_finding_says_its_own_detail_again_as_what_decided_it(folder):
+    """'[decided by late arrival: <the detail, word for word>]' told nothing: the bracket is kept only
+    where what decided the finding is more than its own words."""
+    import frtrace
+
+    for finding in frtrace.analyze_dumps(str(folder)).analysis.findings:
+        detail, _, decided = finding.detail.partition(" [decided by ")
+        assert decided.removesuffix("]").partition(": ")[2] != detail, finding.detail

@@ -242,7 +242,8 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
     evidence.extend(seen_in_stacks)
     final = tuple(
         Finding(f.kind, f.group, f.collective_seq_id, f.p2p_seq_id, f.op, f.ranks, f.expected_ranks,
-                f"{f.detail} [decided by {decided_by}]" if id(f) in root_ids and decided_by and f.decided else f.detail,
+                f"{f.detail} [decided by {decided_by}]" if id(f) in root_ids and decided_by and f.decided
+                and decided_by.partition(": ")[2] != f.detail else f.detail,  # never the detail said again
                 id(f) in root_ids, f.decided)
         for f in findings
     )
