@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from mutation import PARTS, dotted, part_of
+from mutation import PARTS, dotted, module_of, part_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,3 +37,9 @@ def test_a_mutant_is_counted_in_the_part_of_its_module():
     assert part_of("frtrace.analysis.waitgraph.xǁWaitGraphǁculprits__mutmut_1") == "waitgraph"
     assert part_of("frtrace.analysis.alignment.x_f__mutmut_1") is None  # a prefix of a name is not its module
     assert part_of("frtrace.reading.workers.x_in_workers__mutmut_1") is None
+
+
+def test_a_mutant_is_counted_in_its_module_when_modules_are_run_alone():
+    assert module_of("frtrace.analysis.order.xǁProgramOrderǁ_position__mutmut_2") == "analysis/order.py"
+    assert module_of("frtrace.live.session.x_live_snapshot__mutmut_7") == "live/session.py"
+    assert module_of("frtrace.analysis.orderly.x_f__mutmut_1") is None
