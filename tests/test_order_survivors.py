@@ -6,11 +6,8 @@ whose own history keeps its step, and one its history blames while the other ran
 
 from __future__ import annotations
 
-from collections import Counter
-
-from conftest import entry
 from test_matcher import nccl, p2p, run
-from test_waitgraph_survivors import _job
+from test_waitgraph_survivors import _job, programs_dumps
 
 # the world, and two tp groups: ranks 0-1 issue tp #1 and then the world's #1 (the program's
 # order); rank 2 waits in its tp #1 for rank 3, which skipped it and waits in the world's #1
@@ -25,14 +22,7 @@ def test_a_deadlocked_rank_also_awaited_in_a_send_is_judged_by_the_collectives_a
     send to rank 3, which posted no recv. The send says nothing of the collectives' order: the
     ranks outside the cycle, which issued tp #1 before the world's #1, name rank 3."""
     groups = {**TP_THEN_WORLD, "3": ("p", (3, 4))}
-    dumps = {}
-    for rank, program in TP_THEN_WORLD_PROGRAMS.items():
-        seqs: Counter = Counter()
-        raw = []
-        for pg in program:
-            seqs[pg] += 1
-            raw.append(entry(pg=pg, desc=groups[pg][0], seq=seqs[pg]))
-        dumps[rank] = nccl(raw, groups)
+    dumps = programs_dumps(groups, TP_THEN_WORLD_PROGRAMS)
     send = p2p("send", 1, 0, 1, state="scheduled")  # local ranks of p: rank 4 to rank 3
     dumps[4] = nccl([{**send, "process_group": ("3", "p"), "pg_id": 3}], groups)
     result = run(dumps)

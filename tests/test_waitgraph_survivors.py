@@ -17,10 +17,10 @@ from test_matcher import nccl, p2p, run
 from frtrace.analysis.waitgraph import WaitGraph
 
 
-def _job(groups: dict[str, tuple], programs: dict[int, str], wrapped=()):
-    """Analyze gloo dumps written from each rank's program, one character a collective: the name
-    of its group (each group's ops numbered #1, #2, ... in the order the rank issued them). The
-    ranks in `wrapped` have a buffer that wrapped (it holds only the ops given)."""
+def programs_dumps(groups: dict[str, tuple], programs: dict[int, str], wrapped=()) -> dict[int, dict]:
+    """Gloo dumps written from each rank's program, one character a collective: the name of its
+    group (each group's ops numbered #1, #2, ... in the order the rank issued them). The ranks in
+    `wrapped` have a buffer that wrapped (it holds only the ops given)."""
     dumps = {}
     for rank, program in programs.items():
         seqs: Counter = Counter()
@@ -29,7 +29,12 @@ def _job(groups: dict[str, tuple], programs: dict[int, str], wrapped=()):
             seqs[pg] += 1
             raw.append(entry(pg=pg, desc=groups[pg][0], seq=seqs[pg]))
         dumps[rank] = nccl(raw, groups, first_record=100 if rank in wrapped else 0)
-    return run(dumps)
+    return dumps
+
+
+def _job(groups: dict[str, tuple], programs: dict[int, str], wrapped=()):
+    """programs_dumps, analysed."""
+    return run(programs_dumps(groups, programs, wrapped))
 
 
 NO_COLLECTIVE = ("where: rank 1 is in no collective: its last op, all_reduce #1 of default_pg, was joined by every member "
