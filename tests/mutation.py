@@ -46,15 +46,13 @@ def dotted(module: str) -> str:
     return "frtrace." + module.removesuffix(".py").replace("/", ".") + "."
 
 
-def part_of(mutant: str) -> str | None:
-    for part, modules in PARTS.items():
-        if any(mutant.startswith(dotted(module)) for module in modules):
-            return part
-    return None
-
-
 def module_of(mutant: str) -> str | None:
     return next((module for modules in PARTS.values() for module in modules if mutant.startswith(dotted(module))), None)
+
+
+def part_of(mutant: str) -> str | None:
+    module = module_of(mutant)
+    return next((part for part, modules in PARTS.items() if module in modules), None)
 
 
 def statuses() -> dict[str, str]:

@@ -169,7 +169,7 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             for finding in reversed(stuck):  # the first op that holds a rank says how it is stuck
                 named_by.update(dict.fromkeys(finding.ranks, "gpu" if _gpu_never_reached(finding) else "stuck"))
             f = stuck[0]
-            op = f"{_stuck_op(f)}, which {'both ends posted' if _is_pair(f) else 'every member issued'}"
+            op = f"{_stuck_op(f)}, which {_issued_by(f)}"
             if _gpu_never_reached(f):
                 headline = (f"{ranks_word(f.ranks)} never started {op} and the others started: "
                             f"{by_number(f.ranks, 'its GPU', 'their GPUs')} never reached it (a kernel before it never ended)")
@@ -574,17 +574,21 @@ def _stuck_op(finding: Finding) -> str:
     return f"{finding.op} #{finding.collective_seq_id} of {finding.group.label}"
 
 
+def _issued_by(finding: Finding) -> str:
+    """Who issued a stuck finding's op, in words: both ends of a pair, every member of a group."""
+    return "both ends posted" if _is_pair(finding) else "every member issued"
+
+
 def _gpu_never_reached(finding: Finding) -> bool:
     return NEVER_STARTED in finding.detail
 
 
 def _stuck_evidence(finding: Finding, alone: bool) -> str:
     if _gpu_never_reached(finding):
-        return (f"op states: {ranks_word(finding.ranks)} left {finding.op} #{finding.collective_seq_id} of "
-                f"{finding.group.label} scheduled where every other member started it")
-    posted = "both ends posted" if _is_pair(finding) else "every member issued"
+        return (f"op states: {ranks_word(finding.ranks)} left {_stuck_op(finding)} scheduled where every other "
+                "member started it")
     what = "it" if alone else _stuck_op(finding)
-    return f"completion recorded: {posted} {what}, {ranks_word(finding.ranks)} never completed it"
+    return f"completion recorded: {_issued_by(finding)} {what}, {ranks_word(finding.ranks)} never completed it"
 
 
 def _with_ran_ahead(findings: list[Finding], graph: WaitGraph) -> list[Finding]:

@@ -539,9 +539,9 @@ class WaitGraph(OwnHistory, ProgramOrder):
             return None
         send, recv = (blocker, other) if op.kind == "send" else (other, blocker)
         states = sorted({op.state, theirs.state})
+        ends = tuple(sorted((rank, op.peer)))
         return Finding(
-            "not_completed", blocker.group, None, send.entry.p2p_seq_id, send.entry.op, tuple(sorted((rank, op.peer))),
-            tuple(sorted((rank, op.peer))),
+            "not_completed", blocker.group, None, send.entry.p2p_seq_id, send.entry.op, ends, ends,
             f"rank {send.rank}'s {send.entry.op} (p2p #{send.entry.p2p_seq_id}) and rank {recv.rank}'s {recv.entry.op} "
             f"(p2p #{recv.entry.p2p_seq_id}) both posted, completed on neither (state {', '.join(states)})")
 
@@ -551,10 +551,10 @@ class WaitGraph(OwnHistory, ProgramOrder):
         for rank, blocker in sorted(self.joined_by_all.items()):
             if not self.tracking.get(rank):
                 continue
-            if blocker.p2p is not None:
-                pair = self._stuck_pair(rank, blocker)
-                if pair is not None and ("p2p", blocker.group.key, pair.ranks) not in seen:
-                    seen.add(("p2p", blocker.group.key, pair.ranks))
+            if blocker.p2p is not None:  # a pair is looked at once, from its lower end's side
+                ends = ("p2p", blocker.group.key, *sorted((rank, blocker.p2p.peer)))
+                if ends not in seen and (pair := self._stuck_pair(rank, blocker)) is not None:
+                    seen.add(ends)
                     findings.append(pair)
                 continue
             key = (blocker.group.key, blocker.seq)
