@@ -13,6 +13,7 @@ import pickle
 import pytest
 
 from conftest import entry, make_dump, write_dumps
+from test_matcher import p2p
 from frtrace.analysis.moments import stale_ranks
 from frtrace.cli import main
 from frtrace.loader import normalize
@@ -324,3 +325,23 @@ def test_a_send_to_a_rank_whose_recorder_was_off_is_no_evidence_against_it():
     result = _run(raw)
     assert not [f for f in result.findings if f.kind == "p2p_unmatched"]  # was: "no matching recv on rank 1"
     assert 1 not in result.culprit_ranks
+
+
+def test_a_stuck_send_and_recv_whose_one_end_dumped_long_before_the_hang_is_undecided_not_stuck():
+    """SYNTHETIC (NCCL: gloo records no send or recv). Ranks 0, 2, 3 ran 40 ops past the timeout
+    and rank 0 is in a send to rank 1, started; rank 1's file is its dump from the start, ending in
+    that recv: it may have finished the pair long ago, so the pair is not said to be stuck."""
+    def nccl_ops(ops):
+        return [{**op, "state": "completed", "backend": "nccl"} for op in ops]
+
+    def posted(kind, me, peer, at_s):
+        return {**p2p(kind, me, peer, 1, state="started"), "time_created_ns": int(at_s * SECOND) + 1, "timeout_ms": 4000}
+
+    full = _steps(14, gap_s=0.15)[:40]
+    raw = {0: make_dump(nccl_ops(full) + [posted("send", 0, 1, 6.1)]),
+           1: make_dump(nccl_ops(full[:4]) + [posted("recv", 1, 0, 0.7)]),
+           2: make_dump(nccl_ops(full)), 3: make_dump(nccl_ops(full))}
+    result = _run(raw)
+    assert (result.verdict, result.culprit_ranks, list(result.stale)) == ("inconclusive", (), [1])
+    assert result.headline == ("INCONCLUSIVE: send 0->1 (p2p #1) of default_pg never completed on ranks 0-1, but rank 1's "
+                               "dump is older than the end: whether they wait for them cannot be told")
