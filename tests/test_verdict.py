@@ -402,6 +402,65 @@ def test_a_send_and_its_recv_both_posted_and_never_completed_are_stuck_below_pyt
     assert (alone.verdict, alone.culprit_ranks) == ("stuck", (0, 1))
 
 
+PAIR = {"0": ("default_pg", (0, 1))}
+EAGER = ("rank 1's recv 1<-0 (p2p #1) never completed (state scheduled), though rank 0's send 0->1 (p2p #1) did: the data "
+         "was sent (a send that fits the receiver's buffer completes before its recv runs)")
+
+
+def test_a_send_completed_before_its_recv_ran_is_the_recvs_partner_and_the_receiver_holds_the_link():
+    """SYNTHETIC (NCCL records completion; gloo records no send or recv): NCCL completes a send that
+    fits the receiver's buffer before the recv runs (NVIDIA/nccl#544). Rank 0 sent and completed
+    its one send; rank 1 posted the recv and never completed it. Both buffers hold every op of the
+    link, so the send is that recv's partner: rank 1 holds the link (was: 'rank 0 never posted
+    the send', the completed send taken for an earlier recv's)."""
+    raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1)], 1: _nccl_done(1) + [p2p("recv", 1, 0, 1, state="scheduled")]}
+    result = run({r: nccl(entries, PAIR) for r, entries in raw.items()})
+    assert (result.verdict, result.culprit_ranks) == ("stuck", (1,))
+    assert result.headline.startswith("STUCK: rank 1 never completed recv 1<-0 (p2p #1) of default_pg, which both ends posted")
+    assert [(f.kind, f.ranks, f.detail.split(" [decided by ")[0]) for f in result.findings] == [("not_completed", (1,), EAGER)]
+    # the sender gone on to wait for the receiver's next send: the receiver, behind in its own recv, is named
+    raw[0].append(p2p("recv", 0, 1, 2, state="started"))
+    result = run({r: nccl(entries, PAIR) for r, entries in raw.items()})
+    assert result.culprit_ranks == (1,)
+    assert ("not_completed", (1,), EAGER) in [(f.kind, f.ranks, f.detail) for f in result.findings]
+    assert not any(f.kind == "p2p_unmatched" and f.ranks == (0,) for f in result.findings)
+
+
+def test_a_recv_completed_beside_its_send_left_started_names_the_sender_not_the_receiver():
+    """SYNTHETIC NCCL dumps: rank 1's recv completed, rank 0's send of it is still started: the data
+    arrived, so rank 1 posted its end (was: 'rank 1 never posted the recv')."""
+    raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1, state="started")], 1: _nccl_done(1) + [p2p("recv", 1, 0, 1)]}
+    result = run({r: nccl(entries, PAIR) for r, entries in raw.items()})
+    assert (result.verdict, result.culprit_ranks) == ("stuck", (0,))
+    assert [(f.kind, f.ranks, f.detail.split(" [decided by ")[0]) for f in result.findings] == [
+        ("not_completed", (0,), "rank 0's send 0->1 (p2p #1) never completed (state started), though rank 1's recv 1<-0 "
+                                "(p2p #1) did: the data arrived")]
+
+
+def test_a_send_completed_before_a_larger_recv_is_compared_with_it():
+    """SYNTHETIC NCCL dumps: rank 0's send of 4 elements completed, rank 1's recv of 8 waits for the
+    rest (NCCL hangs a recv larger than its send): the pair's sizes differ, which a pair cannot
+    pin on either side (was: 'no matching send on rank 0', the sizes never compared)."""
+    raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1)], 1: _nccl_done(1) + [p2p("recv", 1, 0, 1, state="started", sizes=((8,),))]}
+    result = run({r: nccl(entries, PAIR) for r, entries in raw.items()})
+    assert (result.verdict, result.culprit_ranks) == ("inconclusive", ())
+    assert result.findings[0].kind == "size_mismatch"
+    assert result.findings[0].detail == "rank 0 sends [[4]] Float but rank 1 receives [[8]] Float; a pair cannot tell which side is wrong"
+
+
+@pytest.mark.parametrize("wrapped", [(), (1,), (0, 1)])
+def test_a_sender_that_never_posted_the_send_a_recv_waits_for_is_named_whatever_the_buffers_hold(wrapped):
+    """SYNTHETIC NCCL dumps: rank 0 sent twice, each received; rank 1's third recv waits. With
+    every op of the link held, the sends are counted against the recvs; where a buffer wrapped,
+    each completed op is an earlier pair's (as before): either way rank 0 never posted it."""
+    raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1), p2p("send", 0, 1, 2)],
+           1: _nccl_done(1) + [p2p("recv", 1, 0, 1), p2p("recv", 1, 0, 2), p2p("recv", 1, 0, 3, state="scheduled")]}
+    result = run({r: nccl(entries, PAIR, first_record=100 if r in wrapped else 0) for r, entries in raw.items()})
+    assert (result.verdict, result.culprit_ranks) == ("desync", (0,))
+    assert result.headline == ("DESYNC: rank 0 never posted the send matching rank 1's recv 1<-0 (p2p #3) of default_pg; "
+                               "rank 0 is in no collective (all its ops completed)")
+
+
 def test_a_send_whose_peer_is_blocked_in_another_op_is_no_stuck_pair():
     """Rank 1 never reached its recv (its first unfinished op is an all_reduce rank 0 never
     issued): the send waits on rank 1's program, not below PyTorch."""

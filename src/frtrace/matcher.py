@@ -103,12 +103,12 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
                                         group.ranks, verdict.detail, decided=verdict.decided))
 
     findings.extend(late_arrivals(dumps, table, moments, unseen, tracks_by_rank))
-    p2p_findings, unmatched, p2p_notes = match_p2p(views, dumps, tracking, unseen)
+    p2p_findings, unmatched, p2p_notes, partner_done = match_p2p(views, dumps, tracking, unseen)
     findings.extend(p2p_findings)
     notes.extend(p2p_notes)
 
     blockers = {rank: blocker_of(dumps[rank], tracks_by_rank[rank], views, table, tracking[rank]) for rank in dumps}
-    graph = WaitGraph(views, blockers, unmatched, dumps, tracking, unanswered, unasked)
+    graph = WaitGraph(views, blockers, unmatched, dumps, tracking, unanswered, unasked, partner_done)
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())
 

@@ -3,7 +3,10 @@ sends and recvs paired first-in-first-out per (src, dst), receives-from-any taki
 named recv took. A pair whose sizes or dtypes differ is a finding (a pair cannot tell which side
 is wrong); an op left without a partner is one too, and a rank blocked in it waits for its peer
 in the wait-for graph (waitgraph.py). Where both ranks record completion, their completed ops
-were matched already (a p2p op completes only with its partner)."""
+were matched already (a recv completes only with its send); where both also hold every op of
+the link, they are paired in the order posted: a send completed before its recv (as NCCL
+completes one that fits the receiver's buffer) is that recv's partner, and the rank left in the
+recv is the one that holds the link."""
 
 from __future__ import annotations
 
@@ -27,6 +30,18 @@ def _done_in_batch(out: list[P2POp], into: list[P2POp]) -> tuple[list[P2POp], li
     return out, into
 
 
+def _half_done(out: list[P2POp], into: list[P2POp], partner_done: dict[int, P2POp]) -> tuple[list, list, list]:
+    """A link's sends and recvs, where both ranks hold every op of it, paired in the order posted:
+    the pairs one end of which completed taken out (and returned, to be compared), each a pair
+    whose other end was posted; the end not completed noted in `partner_done` with its partner.
+    A send may complete before its recv runs (NCCL completes one that fits the receiver's buffer
+    at once): the rank left in the recv holds the link, not a sender that never sent."""
+    half = [(send, recv) for send, recv in zip(out, into) if (send.state == "completed") != (recv.state == "completed")]
+    partner_done.update((id(recv), send) if send.state == "completed" else (id(send), recv) for send, recv in half)
+    taken = {id(o) for pair in half for o in pair}
+    return [o for o in out if id(o) not in taken], [o for o in into if id(o) not in taken], half
+
+
 def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: dict[int, bool],
               unseen: frozenset[int] = frozenset()):
     """Pair sends with recvs first-in-first-out per (group, src, dst). Pairs with a rank whose
@@ -34,6 +49,7 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
     unmatched: never evidence against either."""
     findings: list[Finding] = []
     unmatched: set[int] = set()  # id() of P2POps with no partner
+    partner_done: dict[int, P2POp] = {}  # id() of an op not completed -> its partner, completed
     notes: list[str] = []
     for view in views.values():
         sends: dict[tuple[int, int], list[P2POp]] = defaultdict(list)
@@ -48,15 +64,18 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
             if src not in dumps or dst not in dumps or src in unseen or dst in unseen:
                 continue
             out, into = sends.get(pair, []), recvs.get(pair, [])
+            half: list[tuple[P2POp, P2POp]] = []
             if tracking[src] and tracking[dst]:
-                # completed ops were matched (a p2p op completes only with its partner)
+                if not (dumps[src].wrapped or dumps[dst].wrapped):  # every op of the link held: paired in order
+                    out, into, half = _half_done(out, into, partner_done)
+                # completed ops were matched (a recv completes only with its send)
                 out = [o for o in out if o.state != "completed"]
                 into = [o for o in into if o.state != "completed"]
                 out, into = _done_in_batch(out, into)
             elif dumps[src].wrapped or dumps[dst].wrapped:
                 notes.append(f"p2p {src}->{dst} in {view.group.label} not checked: a buffer wrapped and completion is not recorded")
                 continue
-            for send, recv in zip(out, into):
+            for send, recv in [*half, *zip(out, into)]:
                 if send.entry.input_sizes != recv.entry.input_sizes or send.entry.input_dtypes != recv.entry.input_dtypes:
                     findings.append(Finding(
                         "size_mismatch" if send.entry.input_sizes != recv.entry.input_sizes else "dtype_mismatch",
@@ -88,4 +107,4 @@ def match_p2p(views: dict[tuple, GroupView], dumps: dict[int, Dump], tracking: d
                     "p2p_unmatched", view.group, None, first.entry.p2p_seq_id, first.entry.op, (absent,), (src, dst),
                     f"rank {first.entry.rank}'s {first.entry.op} (p2p #{first.entry.p2p_seq_id}) has no matching {other} "
                     f"on rank {absent} ({len(extra)} unmatched)"))
-    return findings, unmatched, notes
+    return findings, unmatched, notes, partner_done

@@ -107,8 +107,9 @@ class WaitGraph(OwnHistory, ProgramOrder):
     """Who waits for whom: rank -> the op it is blocked in -> the members that never issued it."""
 
     def __init__(self, views, blockers, unmatched, dumps, tracking, unanswered: frozenset[int] = frozenset(),
-                 unasked: frozenset[int] = frozenset()) -> None:
+                 unasked: frozenset[int] = frozenset(), partner_done: dict | None = None) -> None:
         self.views = views
+        self.partner_done = partner_done or {}  # id() of a p2p op not completed -> its partner, completed (p2p.py)
         self.blockers: dict[int, Blocker | None] = blockers
         self.dumps = dumps
         self.tracking = tracking
@@ -545,6 +546,21 @@ class WaitGraph(OwnHistory, ProgramOrder):
             f"rank {send.rank}'s {send.entry.op} (p2p #{send.entry.p2p_seq_id}) and rank {recv.rank}'s {recv.entry.op} "
             f"(p2p #{recv.entry.p2p_seq_id}) both posted, completed on neither (state {', '.join(states)})")
 
+    def _partner_done(self, rank: int, blocker: Blocker) -> Finding | None:
+        """A send or recv, its rank's first op not completed, whose partner completed (p2p.match_p2p:
+        NCCL completes a send that fits the receiver's buffer before the recv runs): the rank left
+        in it holds the link, not its peer. None for any other op."""
+        partner = self.partner_done.get(id(blocker.p2p))
+        if partner is None:
+            return None
+        op = blocker.p2p
+        moved = ("the data was sent (a send that fits the receiver's buffer completes before its recv runs)"
+                 if op.kind == "recv" else "the data arrived")
+        return Finding(
+            "not_completed", blocker.group, None, blocker.entry.p2p_seq_id, blocker.entry.op, (rank,), (op.src, op.dst),
+            f"rank {rank}'s {blocker.entry.op} (p2p #{blocker.entry.p2p_seq_id}) never completed (state {op.state}), "
+            f"though rank {op.peer}'s {partner.entry.op} (p2p #{partner.entry.p2p_seq_id}) did: {moved}")
+
     def stuck_findings(self) -> list[Finding]:
         findings = []
         seen: set[tuple] = set()
@@ -553,7 +569,7 @@ class WaitGraph(OwnHistory, ProgramOrder):
                 continue
             if blocker.p2p is not None:  # a pair is looked at once, from its lower end's side
                 ends = ("p2p", blocker.group.key, *sorted((rank, blocker.p2p.peer)))
-                if ends not in seen and (pair := self._stuck_pair(rank, blocker)) is not None:
+                if ends not in seen and (pair := self._stuck_pair(rank, blocker) or self._partner_done(rank, blocker)):
                     seen.add(ends)
                     findings.append(pair)
                 continue
