@@ -448,6 +448,21 @@ def test_a_send_completed_before_a_larger_recv_is_compared_with_it():
     assert result.findings[0].detail == "rank 0 sends [[4]] Float but rank 1 receives [[8]] Float; a pair cannot tell which side is wrong"
 
 
+def test_a_recv_posted_in_a_batch_whose_send_completed_leaves_the_batch_to_its_other_op():
+    """SYNTHETIC NCCL dumps: rank 0's send to rank 1 completed; rank 1 posted its recv in a batch
+    with a send to rank 2, which rank 2 never received: the batch (and so the recv's recorded
+    state) is held by that send. Rank 2 is named, nobody else (was: 'rank 1's recv has no
+    matching send on rank 0', rank 0 named first)."""
+    world = {"0": ("default_pg", (0, 1, 2))}
+    batch = [p2p("recv", 1, 0, 1, state="scheduled"), p2p("send", 1, 2, 1, state="scheduled"),  # its ops: the batch's state
+             entry(seq=1, op="coalesced", sizes=(), backend="nccl", p2p_seq=1, state="started")]  # the batch's end: seq id not bumped
+    raw = {0: _nccl_done(1) + [p2p("send", 0, 1, 1)], 1: _nccl_done(1) + batch, 2: _nccl_done(1)}
+    result = run({r: nccl(entries, world) for r, entries in raw.items()})
+    assert (result.verdict, result.culprit_ranks) == ("desync", (2,))
+    assert [(f.kind, f.ranks) for f in result.findings] == [("p2p_unmatched", (2,))]
+    assert result.findings[0].detail.startswith("rank 1's send 1->2 (p2p #1) has no matching recv on rank 2")
+
+
 @pytest.mark.parametrize("wrapped", [(), (1,), (0, 1)])
 def test_a_sender_that_never_posted_the_send_a_recv_waits_for_is_named_whatever_the_buffers_hold(wrapped):
     """SYNTHETIC NCCL dumps: rank 0 sent twice, each received; rank 1's third recv waits. With

@@ -33,11 +33,13 @@ def _done_in_batch(out: list[P2POp], into: list[P2POp]) -> tuple[list[P2POp], li
 def _half_done(out: list[P2POp], into: list[P2POp], partner_done: dict[int, P2POp]) -> tuple[list, list, list]:
     """A link's sends and recvs, where both ranks hold every op of it, paired in the order posted:
     the pairs one end of which completed taken out (and returned, to be compared), each a pair
-    whose other end was posted; the end not completed noted in `partner_done` with its partner.
-    A send may complete before its recv runs (NCCL completes one that fits the receiver's buffer
-    at once): the rank left in the recv holds the link, not a sender that never sent."""
+    whose other end was posted; the end not completed noted in `partner_done` with its partner
+    (unless posted in a batch: it carries the batch's state, which another op may hold back). A
+    send may complete before its recv runs (NCCL completes one that fits the receiver's buffer at
+    once): the rank left in the recv holds the link, not a sender that never sent."""
     half = [(send, recv) for send, recv in zip(out, into) if (send.state == "completed") != (recv.state == "completed")]
-    partner_done.update((id(recv), send) if send.state == "completed" else (id(send), recv) for send, recv in half)
+    left = [(recv, send) if send.state == "completed" else (send, recv) for send, recv in half]
+    partner_done.update((id(op), partner) for op, partner in left if not op.batched)
     taken = {id(o) for pair in half for o in pair}
     return [o for o in out if id(o) not in taken], [o for o in into if id(o) not in taken], half
 
