@@ -1,0 +1,133 @@
+"""Where the caller's CPU goes, phase by phase, for `frtrace -d SET -o /dev/null` (issue 51).
+
+    python benchmarks/caller_phases.py SET [--ray ADDRESS [--node-local]] [--jobs 2] [--repeat 2]
+    python benchmarks/caller_phases.py --cluster 2 SET   # a local Ray cluster of 2 nodes (tests/ray_cluster.py)
+
+Runs the command --repeat times in this process (the first run untimed: bytecode, page cache and
+Ray's workers warm) with each phase wrapped by a timer of the process's CPU (time.process_time:
+every thread of the caller, Ray's driver threads among them, none of its workers or tasks), and
+prints each phase's CPU per dump of the last run, in ms: listing the folder, reading (load:
+receiving each dump and making it, which with --ray splits into submitting tasks, Ray's wait and
+get, unpickling each answer and unpacking it), groups, the analysis (its steps: tracks, group
+views, blockers, ...), the database built and written, and the rest. With --ray it also says the
+caller's CPU while Ray's driver sits idle for 5 s (a cost of the run's wall, not of its dumps).
+A benchmark, not a test: it asserts nothing, it reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from run import table  # benchmarks/run.py, beside this script
+
+from frtrace import api, cli, matcher
+from frtrace.reading import cluster, discover, wire
+
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]  # its ray.py is not Ray
+
+ANALYSIS_STEPS = ("Codes", "build_tracks", "moments_by_name", "unlogged_notes", "stale_ranks", "GroupView",
+                  "late_arrivals", "match_p2p", "blocker_of", "WaitGraph", "conclude")
+
+
+class Phases:
+    """CPU seconds by phase, added up by the wrappers `wrap` puts around the functions named."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+        self.labels: list[str] = []  # in the order wrapped: each phase before its parts
+
+    def wrap(self, owner, name: str, label: str) -> None:
+        function = getattr(owner, name)
+        self.labels.append(label)
+
+        def timed(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.spent[label] = self.spent.get(label, 0.0) + time.process_time() - start
+
+        setattr(owner, name, timed)
+
+
+def instrumented() -> Phases:
+    phases = Phases()
+    phases.wrap(discover, "walked", "listing (walk)")
+    phases.wrap(api, "load_dumps", "load")
+    phases.wrap(cluster.Cluster, "_step", "  load: Ray wait + get")
+    phases.wrap(wire.Unpacker, "dump", "  load: unpack")
+    phases.wrap(api, "resolve_groups", "groups")
+    phases.wrap(api, "analyze", "analysis")
+    for step in ANALYSIS_STEPS:
+        phases.wrap(matcher, step, f"  analysis: {step}")
+    phases.wrap(api, "build_database", "database built")
+    phases.wrap(api, "write_database", "database written")
+    return phases
+
+
+def idle_cpu(address: str, seconds: float = 5.0) -> float:
+    """The caller's CPU per second while connected to Ray and doing nothing."""
+    import ray
+
+    ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+    try:
+        start = time.process_time()
+        time.sleep(seconds)
+        return (time.process_time() - start) / seconds
+    finally:
+        ray.shutdown()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("set", help="a dump folder (benchmarks/generate.py makes one)")
+    parser.add_argument("--ray", help="a Ray cluster's address")
+    parser.add_argument("--node-local", action="store_true")
+    parser.add_argument("--cluster", type=int, help="start a local Ray cluster of this many nodes of 1 CPU for the run")
+    parser.add_argument("--jobs", type=int, default=2, help="local reading processes (without --ray)")
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args(argv)
+    dumps = sum(1 for name in os.listdir(args.set) if name[-1:].isdigit())
+    with contextlib.ExitStack() as stack:
+        address = args.ray
+        if args.cluster:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from ray_cluster import RayCluster
+
+            address = stack.enter_context(RayCluster(nodes=args.cluster, cpus=1)).address
+        command = ["-d", args.set, "-o", os.devnull]
+        command += ["--ray", address, *(["--node-local"] if args.node_local else [])] if address else ["--jobs", str(args.jobs)]
+        phases = instrumented()
+        for _ in range(args.repeat):
+            phases.spent.clear()
+            start, started = time.process_time(), time.perf_counter()
+            with contextlib.redirect_stdout(io.StringIO()):
+                cli.main(command)
+            total, wall = time.process_time() - start, time.perf_counter() - started
+        idle = idle_cpu(address) if address else None
+    said = sum(cpu for label, cpu in phases.spent.items() if not label.startswith(" "))
+    rows = [("all", f"{total / dumps * 1e3:.4f}")]
+    rows += [(label, f"{phases.spent[label] / dumps * 1e3:.4f}") for label in phases.labels if label in phases.spent]
+    rows.append(("the rest", f"{(total - said) / dumps * 1e3:.4f}"))
+    print(f"{dumps} dumps; frtrace {' '.join(command[:1] + ['SET'] + command[2:])}; the caller's CPU (process time, "
+          f"every thread), run {args.repeat} of {args.repeat}: {wall:.1f} s wall")
+    table(("phase", "ms/dump"), rows)
+    if idle is not None:
+        print(f"Ray's driver, idle: {idle * 1e3:.1f} ms of the caller's CPU a second, {idle * wall / dumps * 1e3:.4f} ms "
+              "a dump over this run's wall")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
