@@ -424,6 +424,9 @@ def test_a_send_completed_before_its_recv_ran_is_the_recvs_partner_and_the_recei
     assert result.culprit_ranks == (1,)
     assert ("not_completed", (1,), EAGER) in [(f.kind, f.ranks, f.detail) for f in result.findings]
     assert not any(f.kind == "p2p_unmatched" and f.ranks == (0,) for f in result.findings)
+    # in a recv, not computing: its cause is below PyTorch (was: 'in no collective: computing or loading data')
+    assert result.causes[1] == ("stuck_below_pytorch", "in recv 1<-0 (p2p #1) of default_pg, whose partner completed: "
+                                "NCCL, the network or its GPU (a kernel before it that never ended)")
 
 
 def test_a_recv_completed_beside_its_send_left_started_names_the_sender_not_the_receiver():

@@ -400,9 +400,10 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
     unless a Python stack of it (`with_stacks`) shows its process alive (gloo dumps only from
     inside a collective: a rank stalled elsewhere never dumps); a
     rank that issued other ops than its peers (a mismatch, or it waits in an op they never
-    issued) diverged; a rank in an op every member issued and none finished is stuck below
-    PyTorch, or its GPU never reached it; a rank in no collective computes or loads data, unless
-    gloo, which records no send or recv, leaves several culprits whose order cannot be told."""
+    issued) diverged; a rank in an op every member issued and none finished, or in a send or recv
+    whose partner completed, is stuck below PyTorch, or its GPU never reached it; a rank in no
+    collective computes or loads data, unless gloo, which records no send or recv, leaves several
+    culprits whose order cannot be told."""
     causes = {}
     for rank in culprits:
         failed = [check for check in (dumps[rank].health if rank in dumps else ()) if not check.passed]
@@ -423,6 +424,9 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
         elif how == "late":
             causes[rank] = ("compute_or_data_stall", "issued the op after its peers had given up on it: it was computing "
                             "or loading data while they waited")
+        elif (left := _left_by_partner(rank, graph)) is not None:
+            causes[rank] = ("stuck_below_pytorch", f"in {left.describe()}, whose partner completed: NCCL, the network or "
+                            "its GPU (a kernel before it that never ended)")
         elif how == "stuck":
             causes[rank] = ("stuck_below_pytorch", "in an op every member issued and none finished: NCCL, the network or a GPU")
         elif how == "mismatch" or rank in graph.op_of:
@@ -433,6 +437,12 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
             hidden = " (or in a send or recv, which gloo does not record)" if graph.p2p_unrecorded else ""
             causes[rank] = ("compute_or_data_stall", f"in no collective: computing or loading data{hidden}")
     return causes
+
+
+def _left_by_partner(rank: int, graph: WaitGraph):
+    """The send or recv the rank is blocked in whose partner completed (p2p.match_p2p), or None."""
+    blocker = graph.blockers.get(rank)
+    return blocker if blocker is not None and blocker.p2p is not None and id(blocker.p2p) in graph.partner_done else None
 
 
 def _with_stacks(causes: dict[int, tuple[str, str]], undecidable: set[int], mains: dict, places: dict[int, str]
