@@ -1,33 +1,15 @@
 """Program order (analysis/order.py, `ProgramOrder._votes`) on the inputs the mutation run's
-survivors named (docs/testing.md, "Result by part (session 30)") and no test built: two ranks
-outside a culprit whose buffers show two ops in opposite orders (votes split evenly: a tie, no
-first op, whichever of the two is asked first); and a rank in a chain of waits, blocked in one op
-while another waits for it in an op it never issued, where a rank that reached only one of the
-two is listed before the rank that issued both and shows their order.
+survivors named (docs/testing.md, "Result by part (session 30)") and no test built: a rank in a
+chain of waits, blocked in one op while another waits for it in an op it never issued, where a
+rank that reached only one of the two is listed before the rank that issued both and shows their
+order. (Votes split evenly between two orders: test_waitgraph_survivors.py, votes "split".)
 
 The dumps are SYNTHETIC gloo-layout dumps written from each rank's program (programs_dumps): one
 character a collective, the name of its group."""
 
 from __future__ import annotations
 
-import pytest
-from test_waitgraph_survivors import NO_COLLECTIVE, _job
-
-
-@pytest.mark.parametrize("most_wait_in", ["a", "b"])
-def test_a_culprit_missing_from_two_ops_other_ranks_issued_in_opposite_orders_is_named_by_the_op_most_wait_in(most_wait_in):
-    """Rank 1 issued neither a's #1 nor b's #1. Ranks 2 and 3, members of both, issued both (their
-    ops are posted without waiting): rank 2 a's first, rank 3 b's first, one vote each way, so
-    nothing shows which op rank 1 left the program at. The culprit is said where most ranks wait
-    (rank 5 joins that group), whichever of the two ops that is, and no program order is said."""
-    a, b = ((0, 1, 2, 3, 5), (1, 2, 3, 4)) if most_wait_in == "a" else ((0, 1, 2, 3), (1, 2, 3, 4, 5))
-    groups = {"0": ("default_pg", range(6)), "1": ("a", a), "2": ("b", b)}
-    result = _job(groups, {0: "01", 1: "0", 2: "012", 3: "021", 4: "02", 5: "01" if 5 in a else "02"})
-    assert result.culprit_ranks == (1,)
-    assert result.headline == (f"DESYNC: rank 1 never joined all_reduce #1 of {most_wait_in} (3 ranks wait in it); "
-                               "rank 1 is in no collective")
-    assert result.evidence == ((f"majority: 4 of 5 members issued all_reduce #1 of {most_wait_in}; rank 1 never did and "
-                                "waits for nobody"), NO_COLLECTIVE)
+from test_waitgraph_survivors import _job
 
 
 def test_a_rank_in_a_chain_that_skipped_the_op_it_is_awaited_in_is_named_by_the_rank_that_issued_both():

@@ -43,18 +43,27 @@ NO_COLLECTIVE = ("where: rank 1 is in no collective: its last op, all_reduce #1 
 
 # ---------------------------------------------------------------------------- program order (order.py)
 @pytest.mark.parametrize("most_wait_in", ["a", "b"])
-def test_a_culprit_missing_from_two_ops_no_other_rank_orders_is_named_by_the_op_most_wait_in(most_wait_in):
-    """Rank 1 issued neither a's #1 nor b's #1; no rank but rank 1 is a member of both groups, so
-    no buffer shows which comes first: a tie of no votes names no first op, and the culprit is
-    said where most ranks wait (rank 5 joins that group), whichever of the two ops that is."""
+@pytest.mark.parametrize("votes", ["none", "split"])
+def test_a_culprit_missing_from_two_ops_no_other_rank_orders_is_named_by_the_op_most_wait_in(most_wait_in, votes):
+    """Rank 1 issued neither a's #1 nor b's #1, and no buffer shows which comes first: no rank but
+    rank 1 is a member of both groups (votes "none"), or ranks 2 and 3, members of both, issued
+    them in opposite orders (their ops are posted without waiting: one vote each way, "split"). A
+    tie names no first op, and the culprit is said where most ranks wait (rank 5 joins that
+    group), whichever of the two ops that is."""
+    both = (2, 3) if votes == "split" else ()
     a, b = ((0, 1, 3, 5), (1, 2, 4)) if most_wait_in == "a" else ((0, 1, 3), (1, 2, 4, 5))
+    a, b = tuple(sorted({*a, *both})), tuple(sorted({*b, *both}))
     groups = {"0": ("default_pg", range(6)), "1": ("a", a), "2": ("b", b)}
-    result = _job(groups, {0: "01", 1: "0", 2: "02", 3: "01", 4: "02", 5: "01" if 5 in a else "02"})
+    programs = {0: "01", 1: "0", 2: "02", 3: "01", 4: "02", 5: "01" if 5 in a else "02"}
+    if votes == "split":
+        programs.update({2: "012", 3: "021"})
+    result = _job(groups, programs)
+    members = len(a if most_wait_in == "a" else b)
     assert result.culprit_ranks == (1,)
     assert result.headline == (f"DESYNC: rank 1 never joined all_reduce #1 of {most_wait_in} (3 ranks wait in it); "
                                "rank 1 is in no collective")
-    assert result.evidence == ((f"majority: 3 of 4 members issued all_reduce #1 of {most_wait_in}; rank 1 never did and "
-                                "waits for nobody"), NO_COLLECTIVE)
+    assert result.evidence == ((f"majority: {members - 1} of {members} members issued all_reduce #1 of {most_wait_in}; "
+                                "rank 1 never did and waits for nobody"), NO_COLLECTIVE)
 
 
 def test_the_first_of_three_ops_a_culprit_never_joined_is_the_one_another_rank_issued_before_both_others():
