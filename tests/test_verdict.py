@@ -422,6 +422,8 @@ def test_a_send_completed_before_its_recv_ran_is_the_recvs_partner_and_the_recei
     raw[0].append(p2p("recv", 0, 1, 2, state="started"))
     result = run({r: nccl(entries, PAIR) for r, entries in raw.items()})
     assert result.culprit_ranks == (1,)
+    assert result.headline == ("DESYNC: rank 1 never posted the send matching rank 0's recv 0<-1 (p2p #2) of default_pg; "
+                               "rank 1 is blocked in recv 1<-0 (p2p #1) of default_pg, whose partner completed")
     assert ("not_completed", (1,), EAGER) in [(f.kind, f.ranks, f.detail) for f in result.findings]
     assert not any(f.kind == "p2p_unmatched" and f.ranks == (0,) for f in result.findings)
     # in a recv, not computing: its cause is below PyTorch (was: 'in no collective: computing or loading data')

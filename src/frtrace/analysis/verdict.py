@@ -739,7 +739,9 @@ def _missing_said(key, ranks, graph: WaitGraph, blockers, dumps) -> MissingSaid:
             clause = ("{who} {is} in no collective (all {its} ops completed)" if graph.tracking.get(rank) else
                       "{who} {has} an empty buffer (no op in flight, or none recorded)",) * 2
         elif rank in graph.joined_by_all:
-            if graph.tracking.get(rank):
+            if _left_by_partner(rank, graph) is not None:
+                clause = (f"{{who}} {{is}} blocked in {own.describe()}, whose partner completed",) * 2
+            elif graph.tracking.get(rank):
                 clause = (f"{{who}} {{is}} blocked in {own.describe()}, which every member joined",) * 2
             else:
                 full = f"{{who}} {{is}} in no collective: {{its}} last op, {own.describe()}, was joined by every member"
