@@ -47,6 +47,7 @@ def bucket(s3_server):  # noqa: F811
     return s3_server
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 @pytest.mark.parametrize("name", SETS)
 def test_a_set_in_s3_reads_as_the_same_set_in_a_folder(name, bucket, tmp_path):
     done, remote = report("-d", f"s3://dumps/jobs/{name}", env=bucket.child_env(), tmp=tmp_path)
@@ -58,12 +59,14 @@ def test_a_set_in_s3_reads_as_the_same_set_in_a_folder(name, bucket, tmp_path):
     assert remote["culprit_ranks"] == expected["culprit_ranks"]
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_stacks_beside_the_dumps_are_read_from_the_store(bucket, tmp_path):
     _, remote = report("-d", "s3://dumps/jobs/stacks_data_stall_rank2", env=bucket.child_env(), tmp=tmp_path)
     assert remote["causes"]["2"]["said"].startswith("in no collective: loading data (torch's DataLoader)"), remote["causes"]
     assert any(e.startswith("stacks: rank 2's Python stack shows it in the data loader") for e in remote["evidence"])
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_compare_reads_both_sets_from_the_store(bucket, tmp_path):
     env = bucket.child_env()
     done = frtrace("compare", "s3://dumps/pairs/twice/a", "s3://dumps/pairs/twice/b", env=env)
@@ -79,6 +82,7 @@ def test_the_python_api_reads_a_url(s3_env, bucket):  # noqa: F811
     assert (result.verdict, result.culprit_ranks) == ("desync", (1,))
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_a_set_served_over_http_reads_as_the_folder(http_server, tmp_path):  # noqa: F811
     shutil.copytree(FIXTURES / "skip_goes_on", http_server.root / "skip")
     done, remote = report("-d", http_server.url_of("skip/"), tmp=tmp_path)
@@ -87,6 +91,7 @@ def test_a_set_served_over_http_reads_as_the_folder(http_server, tmp_path):  # n
     same(local, remote)
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_stray_objects_and_hostile_keys_are_passed_over_with_a_reason(bucket, tmp_path):
     import boto3
     from concurrent.futures import ThreadPoolExecutor
@@ -110,6 +115,7 @@ def test_stray_objects_and_hostile_keys_are_passed_over_with_a_reason(bucket, tm
     assert took < 120, took
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_an_unreachable_endpoint_is_one_line_and_exit_2(tmp_path):
     env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -121,6 +127,7 @@ def test_an_unreachable_endpoint_is_one_line_and_exit_2(tmp_path):
     assert time.monotonic() - started < 90
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_a_missing_protocol_package_is_named(tmp_path):
     pytest.importorskip("fsspec")
     try:
@@ -134,6 +141,7 @@ def test_a_missing_protocol_package_is_named(tmp_path):
                                    "pip install gcsfs")
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_a_prefix_with_no_object_says_so(bucket):
     done = frtrace("-d", "s3://dumps/jobs/no_such_job", env=bucket.child_env())
     assert done.returncode == 2
@@ -166,6 +174,7 @@ def test_an_object_over_the_cap_is_refused_by_its_listed_size_before_any_byte_is
     assert fetched, "the other ranks' first bytes are read"
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_an_archive_in_the_store_is_read_member_by_member(bucket, tmp_path):
     import tarfile
     import zipfile
@@ -184,6 +193,7 @@ def test_an_archive_in_the_store_is_read_member_by_member(bucket, tmp_path):
                (local["verdict"], local["culprit_ranks"], local["headline"])
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_outputs_written_to_the_store_are_whole_and_the_ones_written_here(bucket, tmp_path):
     import pickle
 
@@ -203,6 +213,7 @@ def test_outputs_written_to_the_store_are_whole_and_the_ones_written_here(bucket
     ("s3://dumps/jobs/skip_goes_on/trace_host-node00_0", "frtrace never writes over its input"),
     ("http://127.0.0.1:9/report.json", "frtrace cannot write over HTTP"),
 ])
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_an_output_url_that_cannot_be_right_is_refused_before_anything_is_read(bucket, output, said):
     before = bucket.client.get_object(Bucket="dumps", Key="jobs/skip_goes_on/trace_host-node00_0")["Body"].read()
     done = frtrace("-d", "s3://dumps/jobs/skip_goes_on", "--json", output, env=bucket.child_env())
@@ -231,6 +242,7 @@ def test_an_output_whose_upload_fails_midway_leaves_no_object(s3_env, bucket, mo
     assert listed == []
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_refused_credentials_are_one_line_naming_the_url(s3_server_checking_keys, tmp_path):  # noqa: F811
     server = s3_server_checking_keys
     server.upload(FIXTURES / "skip_goes_on", "keyed", "job")
@@ -242,6 +254,7 @@ def test_refused_credentials_are_one_line_naming_the_url(s3_server_checking_keys
     assert line.startswith("frtrace: s3://keyed/job: the store refused to list it (") and "check the credentials" in line, line
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_a_live_snapshot_kept_in_a_store_reads_as_the_folder(bucket, tmp_path):
     """frtrace live's folder (its manifest lists a rank that did not answer) copied to a store: the
     silent rank is said as one that did not answer, as from the folder."""
@@ -288,6 +301,7 @@ def test_a_prefix_past_the_cap_is_listed_a_page_at_a_time_and_no_further(s3_env,
     assert len(pages) == 2, pages
 
 
+@pytest.mark.process  # starts frtrace as a process: never sees a mutant (conftest.py)
 def test_a_store_that_never_answers_is_given_up_within_the_timeout_given(tmp_path):
     """A server that takes the connection and says nothing: --timeout 2 gives up in two tries of 2 s."""
     import socket
