@@ -424,8 +424,8 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
         elif how == "late":
             causes[rank] = ("compute_or_data_stall", "issued the op after its peers had given up on it: it was computing "
                             "or loading data while they waited")
-        elif (left := _left_by_partner(rank, graph)) is not None:
-            causes[rank] = ("stuck_below_pytorch", f"in {left.describe()}, whose partner completed: NCCL, the network or "
+        elif graph.done_partner(blocker := graph.blockers.get(rank)) is not None:
+            causes[rank] = ("stuck_below_pytorch", f"in {blocker.describe()}, whose partner completed: NCCL, the network or "
                             "its GPU (a kernel before it that never ended)")
         elif how == "stuck":
             causes[rank] = ("stuck_below_pytorch", "in an op every member issued and none finished: NCCL, the network or a GPU")
@@ -437,12 +437,6 @@ def _causes(culprits: list[int], named_by: dict[int, str], undecidable: set[int]
             hidden = " (or in a send or recv, which gloo does not record)" if graph.p2p_unrecorded else ""
             causes[rank] = ("compute_or_data_stall", f"in no collective: computing or loading data{hidden}")
     return causes
-
-
-def _left_by_partner(rank: int, graph: WaitGraph):
-    """The send or recv the rank is blocked in whose partner completed (p2p.match_p2p), or None."""
-    blocker = graph.blockers.get(rank)
-    return blocker if blocker is not None and blocker.p2p is not None and id(blocker.p2p) in graph.partner_done else None
 
 
 def _with_stacks(causes: dict[int, tuple[str, str]], undecidable: set[int], mains: dict, places: dict[int, str]
@@ -739,7 +733,7 @@ def _missing_said(key, ranks, graph: WaitGraph, blockers, dumps) -> MissingSaid:
             clause = ("{who} {is} in no collective (all {its} ops completed)" if graph.tracking.get(rank) else
                       "{who} {has} an empty buffer (no op in flight, or none recorded)",) * 2
         elif rank in graph.joined_by_all:
-            if _left_by_partner(rank, graph) is not None:
+            if graph.done_partner(own) is not None:
                 clause = (f"{{who}} {{is}} blocked in {own.describe()}, whose partner completed",) * 2
             elif graph.tracking.get(rank):
                 clause = (f"{{who}} {{is}} blocked in {own.describe()}, which every member joined",) * 2

@@ -546,11 +546,15 @@ class WaitGraph(OwnHistory, ProgramOrder):
             f"rank {send.rank}'s {send.entry.op} (p2p #{send.entry.p2p_seq_id}) and rank {recv.rank}'s {recv.entry.op} "
             f"(p2p #{recv.entry.p2p_seq_id}) both posted, completed on neither (state {', '.join(states)})")
 
+    def done_partner(self, blocker: Blocker | None) -> P2POp | None:
+        """The completed partner of the send or recv `blocker` is in (p2p.match_p2p), or None."""
+        return self.partner_done.get(id(blocker.p2p)) if blocker is not None and blocker.p2p is not None else None
+
     def _partner_done(self, rank: int, blocker: Blocker) -> Finding | None:
         """A send or recv, its rank's first op not completed, whose partner completed (p2p.match_p2p:
         NCCL completes a send that fits the receiver's buffer before the recv runs): the rank left
         in it holds the link, not its peer. None for any other op."""
-        partner = self.partner_done.get(id(blocker.p2p))
+        partner = self.done_partner(blocker)
         if partner is None:
             return None
         op = blocker.p2p
