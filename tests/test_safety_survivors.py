@@ -39,6 +39,14 @@ def _object(store, key: str) -> bytes:
     return store.client.get_object(Bucket="safety", Key=key)["Body"].read()
 
 
+def _failed_write(code: int, capsys) -> str:
+    """The one line saying an output could not be written, of a run that exited 2 for it."""
+    err = capsys.readouterr().err
+    assert code == 2, err
+    (line,) = [line for line in err.splitlines() if "cannot write" in line]
+    return line
+
+
 def _keys(store, prefix: str) -> list[str]:
     return [o["Key"] for o in store.client.list_objects_v2(Bucket="safety", Prefix=prefix).get("Contents", [])]
 
@@ -96,9 +104,7 @@ def test_an_upload_that_fails_midway_says_what_the_store_answered_and_leaves_no_
     monkeypatch.setattr("frtrace.outputs.commit.shutil.copyfileobj", fails_after_a_part)
     code = main(["-d", str(FIXTURES / "skip_goes_on"), "--json", "s3://safety/half/r.json", "--jobs", "1"])
     monkeypatch.undo()
-    err = capsys.readouterr().err
-    assert code == 2, err
-    (line,) = [line for line in err.splitlines() if "cannot write the JSON report" in line]
+    line = _failed_write(code, capsys)
     # the output, what it is, the store's answer (the exception's type and words), and that nothing was written
     assert line == ("frtrace: s3://safety/half/r.json: cannot write the JSON report (the store refused it: "
                     "ConnectionResetError: [Errno 104] Connection reset by peer); no output file was written or changed"), line
@@ -132,9 +138,7 @@ def test_an_output_the_disk_has_no_room_for_says_to_free_some_space_and_nothing_
     code = main(["-d", str(FIXTURES / "skip_goes_on"), "--json", str(tmp_path / "r.json"), "--markdown", str(tmp_path / "r.md"),
                  "--jobs", "1"])
     monkeypatch.undo()
-    err = capsys.readouterr().err
-    assert code == 2, err
-    (line,) = [line for line in err.splitlines() if "cannot write" in line]
+    line = _failed_write(code, capsys)
     assert line.startswith(f"frtrace: {tmp_path / 'r.json'}: cannot write the JSON report ({os.strerror(errno.ENOSPC)}); "
                            "choose another path or free some space"), line
     assert list(tmp_path.iterdir()) == []
@@ -160,9 +164,7 @@ def test_an_output_whose_folder_takes_no_new_file_says_to_choose_another_path(tm
     monkeypatch.setattr("frtrace.outputs.commit.tempfile.mkstemp", refused)
     code = main(["-d", str(FIXTURES / "skip_goes_on"), "--json", str(tmp_path / "r.json"), "--jobs", "1"])
     monkeypatch.undo()
-    err = capsys.readouterr().err
-    assert code == 2, err
-    (line,) = [line for line in err.splitlines() if "cannot write" in line]
+    line = _failed_write(code, capsys)
     assert line.startswith(f"frtrace: {tmp_path / 'r.json'}: cannot write the JSON report ({os.strerror(errno.EROFS)}); "
                            "choose another path"), line
     assert "free some space" not in line and list(tmp_path.iterdir()) == []
