@@ -4,6 +4,7 @@ many ranks share crosses the pipe whole once per worker, then by its digest alon
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -123,3 +124,50 @@ def test_a_whole_load_without_times_reads_as_with_them_but_for_the_times(tmp_pat
             assert dump.entries.has_times and not untimed[rank].entries.has_times
             assert [e[:15] + e[19:] for e in dump.entries] == [e[:15] + e[19:] for e in untimed[rank].entries]
             assert {e[15:19] for e in untimed[rank].entries} == {(None,) * 4}
+
+
+COLUMNS = ("kind", "state", "record_id", "collective_seq_id", "p2p_seq_id", "stack_id")
+
+
+def test_a_column_ranks_hold_alike_is_sent_whole_once_and_is_one_object_in_the_main_process(parts):
+    packer, unpacker = wire.Packer(), wire.Unpacker()
+    sent = [pickle.dumps(packer.pack(part), -1) for part in parts]
+    dumps = [unpacker.dump(pickle.loads(blob)) for blob in sent]
+    for part, dump in zip(parts, dumps):
+        assert dump.entries == part.entries and dump.entries.runs == part.entries.runs
+    for name in COLUMNS:  # every rank of _world_dump records the same ops in the same order
+        assert len({id(getattr(d.entries, name)) for d in dumps}) == 1, name
+    runs = [d.entries.runs[name] for d in dumps for name in d.entries.runs if name == "0"]
+    assert len({id(run.positions) for run in runs}) == 1 and len({id(run.states) for run in runs}) == 1
+    whole = sum(len(bytes(getattr(parts[0].entries, name))) for name in COLUMNS)
+    assert whole > 40 and len(sent[1]) < len(sent[0]) - whole  # rank 1 names each column by its digest alone
+
+
+def test_a_column_that_differs_is_its_own_and_two_workers_columns_are_one_object(parts):
+    unpacker, one, two = wire.Unpacker(), wire.Packer(), wire.Packer()
+    first = unpacker.dump(one.pack(parts[0]))
+    other = parts[1].entries
+    changed = type(other.state)(other.state[:-1]) + type(other.state)([other.state[-1] ^ 1])
+    moved = replace(parts[1], entries=replace(other, state=changed, runs=None))
+    second = unpacker.dump(one.pack(moved))
+    assert second.entries.state == changed and second.entries.state is not first.entries.state
+    assert second.entries.kind is first.entries.kind and second.entries.runs is None
+    third = unpacker.dump(two.pack(parts[2]))  # the other worker sends each column whole: the first object is kept
+    assert third.entries.kind is first.entries.kind and third.entries.record_id is first.entries.record_id
+
+
+def test_a_column_named_twice_in_one_dump_by_two_objects_unpacks_in_order(parts):
+    """A run's codes equal to a column of the dump, yet another object: the first named is sent
+    whole and the second by its digest, and the main process reads them in the order sent."""
+    entries = parts[0].entries
+    runs = {name: run._replace(states=type(run.states)(run.states)) for name, run in entries.runs.items()}
+    copied = replace(parts[0], entries=replace(entries, state=type(entries.state)(entries.state), runs=runs))
+    dump = wire.Unpacker().dump(pickle.loads(pickle.dumps(wire.Packer().pack(copied), -1)))
+    assert dump.entries == entries and dump.entries.runs == entries.runs
+
+
+def test_a_column_digest_never_sent_whole_is_refused(parts):
+    packed = wire.Packer().pack(parts[0])
+    columns = ((packed[4][0][0], None),) + packed[4][1:]
+    with pytest.raises(ValueError, match="never sent"):
+        wire.Unpacker().dump(packed[:4] + (columns,) + packed[5:])

@@ -9,6 +9,13 @@ named by a digest of its content, sent in full only the first time its worker me
 main process keeps one object per digest: it decodes a value once per worker at most, and its
 cost per dump stays flat whatever the size of the job.
 
+The columns themselves are named the same way, by a digest of their bytes: ranks running one
+program hold the same record ids, seq ids, kind and state codes and runs, entry for entry (all but
+the few that differ where the job stopped), and the main process then receives, keeps and writes
+one object for each distinct column, however many ranks hold it (a database pickles a shared
+object once). The outputs are the same whichever worker read which file: the main process keeps
+the first object of each digest, and equal columns are the same object in every run.
+
 Times (three timestamps and a duration per entry, 64 of a 2,000-entry dump's 107 kB of columns)
 cross only where an output reads them: the report, the JSON, the Markdown and the database never
 do, and a column the main process never takes costs it nothing to receive or keep.
@@ -21,10 +28,12 @@ equal values differently (a string shared or not); they then only get two digest
 from __future__ import annotations
 
 import marshal
+from array import array
 from collections.abc import Callable
 from typing import Any
 
 from ..types import Dump, EntryColumns, Frame, GroupConfig, GroupMoment, Kind, Unread
+from .runs import Run
 
 try:  # hashlib's own: importing hashlib loads OpenSSL's bindings as well (3 ms of every run)
     from _blake2 import blake2b
@@ -32,6 +41,7 @@ except ImportError:  # an interpreter built without it
     from hashlib import blake2b
 
 _DIGEST_BYTES = 16
+_COLUMN = b"frtrace column"  # the digests' personalization: a column's never equals a marshalled value's
 _KEPT_CONFIGS = 1024  # configs whose digests a worker remembers by identity (each holds its ranks)
 
 
@@ -73,17 +83,43 @@ class Packer:
         self.config_digests[id(config)] = (config, named[0])
         return named
 
+    def _column(self, column: Any, digests: dict[int, bytes]) -> tuple:
+        """A column of bytes or an array as (digest, itself the first time, else None); any
+        other (a range, a tuple holding None) as (None, itself). `digests`: id -> digest of the
+        columns of this dump already named (a run's codes are often its dump's own column)."""
+        if not isinstance(column, (bytes, array)):
+            return None, column
+        digest = digests.get(id(column))
+        if digest is None:
+            hashed = blake2b(column, digest_size=_DIGEST_BYTES, person=_COLUMN)
+            hashed.update(b"b" if isinstance(column, bytes) else column.typecode.encode())
+            digest = digests[id(column)] = hashed.digest()
+        if digest in self.sent:
+            return digest, None
+        self.sent.add(digest)
+        return digest, column
+
     def pack(self, part: Any) -> tuple:
         """A loader.CompactDump as the tuple Unpacker.dump takes."""
         entries = part.entries
+        digests: dict[int, bytes] = {}
+
+        def named(column: Any) -> tuple:
+            return self._column(column, digests)
+
         times = None
         if self.times:
-            times = (entries.time_created_ns, entries.time_started_ns, entries.time_completed_ns, entries.duration_ms)
-        columns = (entries.kind, entries.state, entries.record_id, entries.collective_seq_id, entries.p2p_seq_id, times,
-                   entries.stack_id)
+            times = tuple(map(named, (entries.time_created_ns, entries.time_started_ns, entries.time_completed_ns,
+                                      entries.duration_ms)))
+        columns = (*map(named, (entries.kind, entries.state, entries.record_id, entries.collective_seq_id,
+                                entries.p2p_seq_id)), times, named(entries.stack_id))
+        runs = None
+        if entries.runs is not None:
+            runs = tuple((name, named(run.positions), run.first_seq, named(run.kinds), named(run.states))
+                         for name, run in entries.runs.items())
         shared = (self._shared(_plain_kinds(entries.kinds)), self._shared(tuple(entries.states)),
                   tuple(map(self._config, part.group_configs)), self._shared(_plain_stacks(part.stacks)))
-        return (part.rank, part.path, part.file_format, part.version, columns, entries.runs, shared, part.notes,
+        return (part.rank, part.path, part.file_format, part.version, columns, runs, shared, part.notes,
                 part.health, part.restarted, part.seq_counter, part.moments, part.recorder_off)
 
 
@@ -110,6 +146,17 @@ class Unpacker:
         config = GroupConfig(*plain)
         return self.values.setdefault(config, config)
 
+    def _column(self, named: tuple) -> Any:
+        digest, column = named
+        if digest is None:
+            return column
+        found = self.by_digest.get(digest)
+        if found is None:
+            if column is None:  # never: a worker sends a column whole before naming it alone
+                raise ValueError("a worker named a column it never sent")
+            found = self.by_digest[digest] = column
+        return found
+
     def dump(self, packed: tuple) -> Dump:
         """The Dump a Packer's tuple describes."""
         (rank, path, file_format, version, columns, runs, shared, notes, health, restarted, seq_counter, moments,
@@ -119,8 +166,14 @@ class Unpacker:
         states = self._shared(*states_at, self._interned)
         configs = tuple(self._shared(digest, blob, self._config) for digest, blob in configs_at)
         stacks = self._shared(*stacks_at, lambda plain: tuple(tuple(Frame(*f) for f in s) for s in plain))
+        column = self._column  # in the order Packer.pack named them: each is sent whole where first named
         (kind, state, record_id, collective_seq_id, p2p_seq_id, times, stack_id) = columns
-        created, started, completed, duration = times or (Unread(len(kind)),) * 4
+        kind, state, record_id, collective_seq_id, p2p_seq_id = map(column, columns[:5])
+        created, started, completed, duration = tuple(map(column, times)) if times else (Unread(len(kind)),) * 4
+        stack_id = column(stack_id)
+        if runs is not None:
+            runs = {name: Run(column(positions), first_seq, column(run_kinds), column(run_states))
+                    for name, positions, first_seq, run_kinds, run_states in runs}
         entries = EntryColumns(rank, kinds, kind, states, state, record_id, collective_seq_id, p2p_seq_id, created, started,
                                completed, duration, stack_id, runs)
         return Dump(rank, path, file_format, version, entries, configs, stacks, notes, health, restarted, seq_counter,
