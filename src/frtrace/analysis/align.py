@@ -11,7 +11,7 @@ import re
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress, groupby, islice, repeat
@@ -186,20 +186,27 @@ def tracks_completion(dump: Dump) -> bool:
 
 class Codes:
     """One code for each distinct kind and state across all dumps, so that the runs of different
-    ranks compare as plain bytes (or arrays, past 256 distinct values)."""
+    ranks compare as plain bytes (or arrays, past 256 distinct values).
+
+    A kind's code leaves its group's name out: runs are compared only among a group's members,
+    who all name it alike (GroupTable maps a rank's name to its group), and what a code is read
+    for (op, sizes, dtypes) is the same in every group of the name. So the 512 tensor-parallel
+    groups of a job share one code per op, where each would have made its own; then ranks running
+    one program get equal maps, and each shared run is recoded once for all of them."""
 
     def __init__(self, dumps: dict[int, Dump]) -> None:
-        kind_ids: dict[Kind, int] = {}
-        state_ids: dict[str, int] = {}
+        kind_ids: dict[Kind, tuple[int, Kind]] = {}  # a kind without its group's name -> (its code, the first kind)
+        state_ids: dict[str, tuple[int, str]] = {}
         # ranks share their kinds' and states' tuples (wire.Unpacker): each tuple's map is made once
-        kind_maps = _maps({rank: dump.entries.kinds for rank, dump in dumps.items()}, kind_ids)
+        kind_maps = _maps({rank: dump.entries.kinds for rank, dump in dumps.items()}, kind_ids, _unnamed)
         state_maps = _maps({rank: dump.entries.states for rank, dump in dumps.items()}, state_ids)
-        self.kinds: list[Kind] = list(kind_ids)
-        self.states: list[str] = list(state_ids)
+        self.kinds: list[Kind] = [kind for _, kind in kind_ids.values()]
+        self.states: list[str] = [state for _, state in state_ids.values()]
         self._kind_maps, self._state_maps = kind_maps, state_maps
         self._tables: dict[int, tuple] = {}  # id of a map -> its bytes.translate table(s)
-        # every code in a byte: then every dump's local codes are bytes too (a dump has no more
-        # kinds than all dumps), and all tracks compare as bytes; else all as arrays
+        self._recodings: dict[tuple[int, int], tuple] = {}  # ids of local codes and map -> (the codes, recoded)
+        # every code in a byte: then all tracks compare as bytes, else all as arrays (a dump's own
+        # codes may not fit in a byte where the job's do: 300 groups running one op)
         self._narrow = (len(self.kinds) <= 256, len(self.states) <= 256)
 
     def kind_map(self, rank: int) -> list[int]:
@@ -214,17 +221,37 @@ class Codes:
 
     def _recoded(self, local: Sequence[int], mapping: list[int], narrow: bool) -> Sequence[int]:
         """The local codes mapped: by one translation where every code fits in a byte, else by
-        recode; each shared map's tables made once (maps live as long as self)."""
-        tables = self._tables.get(id(mapping))
-        if tables is None:
-            tables = self._tables[id(mapping)] = (translation_table(mapping),) if narrow else wide_tables(mapping)
-        return local.translate(tables[0]) if narrow else recode(local, mapping, tables)
+        recode; each shared map's tables made once (maps live as long as self), and each shared
+        column (wire.Unpacker) recoded once per map (the result is read, never changed)."""
+        found = self._recodings.get((id(local), id(mapping)))
+        if found is not None and found[0] is local:
+            return found[1]
+        if narrow and not isinstance(local, bytes):  # more codes of its own than a byte holds, as said in __init__
+            recoded = bytes(map(mapping.__getitem__, local))
+        else:
+            tables = self._tables.get(id(mapping))
+            if tables is None:
+                tables = self._tables[id(mapping)] = (translation_table(mapping),) if narrow else wide_tables(mapping)
+            recoded = local.translate(tables[0]) if narrow else recode(local, mapping, tables)
+        self._recodings[(id(local), id(mapping))] = (local, recoded)
+        return recoded
 
 
-def _maps(values_of: dict[int, tuple], ids: dict) -> dict[int, list[int]]:
-    """Rank -> its local codes' global ones (new values numbered in `ids`), made once for each
-    tuple that ranks share."""
-    return once_per_object(values_of, lambda values: [ids.setdefault(v, len(ids)) for v in values])
+def _unnamed(kind: Kind) -> Kind:
+    return kind._replace(pg_name="")
+
+
+def _maps(values_of: dict[int, tuple], ids: dict, key: Callable = lambda value: value) -> dict[int, list[int]]:
+    """Rank -> its local codes' global ones (new values numbered in `ids` by `key`, each keeping
+    the first value of its key), made once for each tuple that ranks share; equal maps are one
+    list."""
+    lists: dict[tuple, list[int]] = {}
+
+    def codes(values: tuple) -> list[int]:
+        made = [ids.setdefault(key(v), (len(ids), v))[0] for v in values]
+        return lists.setdefault(tuple(made), made)
+
+    return once_per_object(values_of, codes)
 
 
 def build_tracks(dump: Dump, table: GroupTable, codes: Codes, cut: dict | None = None) -> tuple[dict[Group, Track], list[str]]:
