@@ -59,7 +59,9 @@ class _Shared:
         return found
 
     def frame_list(self, dump: Dump, stack_id: int) -> list:
-        key = (dump.rank, stack_id)
+        """One list for each stack of each tuple of stacks, which ranks share (wire.Unpacker;
+        the dumps outlive the database's building, so no id is reused meanwhile)."""
+        key = (id(dump.stacks), stack_id)
         found = self.frames.get(key)
         if found is None:
             found = self.frames[key] = [{"name": f.name, "filename": f.filename, "line": f.line} for f in dump.stack_of(stack_id)]

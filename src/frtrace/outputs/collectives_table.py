@@ -50,6 +50,7 @@ class CollectiveColumns:
         self._by_code: list[list] | None = None  # see _display; every view shares one Codes
         self._states: list[str] | None = None  # every view's state codes' values, then "mixed"
         self._ids_of: dict[int, list] = {}  # id of a record id column holding None (self.dumps keeps it) -> its values with -1
+        self._issued_of: dict[tuple, tuple] = {}  # see _issued
 
     def add(self, checks: Checks) -> None:
         """Add the checks of the analysis, in order."""
@@ -122,14 +123,10 @@ class CollectiveColumns:
         seqs.append((range(n), range(first, last + 1)))
         for rank, track, a, b in view.owners(first, last):
             entries = track.entries
-            positions = track.positions[a - track.first_seq:b - track.first_seq + 1]
+            positions, codes, distinct = self._issued(track, a, b)
             # the issuer's own columns, read at its positions: a pickle writes each column once
             p2p_seqs.append((positions, entries.p2p_seq_id))
             record_ids.append((positions, self._record_ids(entries.record_id)))
-            stacks = _picked(entries.stack_id, positions)
-            distinct = list(set(stacks))
-            number = dict(zip(distinct, range(len(distinct))))
-            codes = code_column(map(number.__getitem__, stacks), len(distinct))
             frames.append((codes, [self.shared.frame_list(self.dumps[rank], s) for s in distinct]))
         ref, codes = view.reference, view.codes
         at = slice(first - ref.first_seq, last - ref.first_seq + 1)
@@ -148,6 +145,22 @@ class CollectiveColumns:
             for seq in mixed:
                 run_states[seq - first] = len(self._states) - 1
         states.append((run_states, self._states))
+
+    def _issued(self, track, first: int, last: int) -> tuple:
+        """The buffer positions of seq ids first..last in the track, and their stack ids as codes
+        of their distinct values with those values: made once for the issuers whose columns
+        are the same objects (wire.Unpacker; self.dumps keeps them, so no id is reused), and
+        then one object in the database's pickle."""
+        start, end = first - track.first_seq, last - track.first_seq
+        key = (id(track.positions), id(track.entries.stack_id), start, end)
+        found = self._issued_of.get(key)
+        if found is None:
+            positions = track.positions[start:end + 1]
+            stacks = _picked(track.entries.stack_id, positions)
+            distinct = list(set(stacks))
+            number = dict(zip(distinct, range(len(distinct))))
+            found = self._issued_of[key] = (positions, code_column(map(number.__getitem__, stacks), len(distinct)), distinct)
+        return found
 
     def _record_ids(self, column):
         """A dump's record ids, -1 for none (where one was None the column is a tuple: made once)."""
