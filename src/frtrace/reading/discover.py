@@ -12,6 +12,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 
 from ..errors import UsageError, display_path, printable
 from .limits import MAX_DUMP_BYTES, MAX_RANK, open_file, over_the_cap, read_small
@@ -203,7 +204,7 @@ def walked(directory: str, prefix: str | None = None) -> Found:
     """What the folder `directory` holds, sorted as find_dump_files sorts it (`prefix` a bare
     name), before the job's files are chosen (finish)."""
     found = Found()
-    for path, where in _walk(directory):
+    for path, where, regular in _walk(directory):
         name = os.path.basename(path)
         printable = display_path(path)
         if (rank := stack_rank(where)) is not None:
@@ -214,13 +215,15 @@ def walked(directory: str, prefix: str | None = None) -> Found:
             found.ignored.append(SkippedFile(printable, parts))
             continue
         dump_file = placed(path, where, parts)
-        try:
-            info = os.stat(path)  # follows links; a loop or dangling link raises
-        except OSError as exc:
-            found.not_files.append((dump_file, f"cannot stat it ({exc.strerror})"))
-            continue
-        kind = _kind_of(info.st_mode)
-        if kind is None:
+        kind = None
+        if not regular:  # a link, or what the listing did not say: stat'ed first, never opened where it is no file
+            try:
+                info = os.stat(path)  # follows links; a loop or dangling link raises
+            except OSError as exc:
+                found.not_files.append((dump_file, f"cannot stat it ({exc.strerror})"))
+                continue
+            kind = _kind_of(info.st_mode)
+        if kind is None:  # opened non-blocking and checked again (_read_head): a FIFO put there since never blocks
             try:
                 info, head = _read_head(path)
             except OSError as exc:
@@ -458,31 +461,41 @@ _MAX_DEPTH = 8  # folders below the dump folder that are searched (host/job/atte
 
 
 def _walk(directory: str):
-    """(path, path under `directory`) of every entry below it, in name order: files of every
-    subfolder (one per host is how people gather dumps), never through a linked folder (no loops),
-    not into hidden folders, at most _MAX_DEPTH deep."""
+    """(path, path under `directory`, whether the listing says it is a regular file and no link)
+    of every entry below it, in name order: files of every subfolder (one per host is how people
+    gather dumps), never through a linked folder (no loops), not into hidden folders, at most
+    _MAX_DEPTH deep. The listing's own file types (d_type) answer without a stat where the
+    filesystem gives them."""
     pending = [("", 0)]
     while pending:
         relative, depth = pending.pop()
         here = os.path.join(directory, relative) if relative else directory
         try:
-            names = sorted(os.listdir(here), reverse=True)
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=_name, reverse=True)
         except OSError as exc:
             if not relative:
                 raise UsageError(f"{display_path(directory)}: cannot list the directory ({exc.strerror}); check its permissions") from None
             continue
         files = []
-        for name in names:
-            if name.startswith("."):  # hidden: editors' and frtrace's own temporary files
+        for entry in entries:
+            if entry.name.startswith("."):  # hidden: editors' and frtrace's own temporary files
                 continue
-            below = os.path.join(relative, name)
+            below = os.path.join(relative, entry.name)
             path = os.path.join(directory, below)
-            if os.path.isdir(path) and not os.path.islink(path):
+            try:
+                folder, regular = entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False)
+            except OSError:  # gone since listed: said when read
+                folder = regular = False
+            if folder:
                 if depth < _MAX_DEPTH:
                     pending.append((below, depth + 1))
                 continue
-            files.append((path, below))
+            files.append((path, below, regular))
         yield from reversed(files)
+
+
+_name = attrgetter("name")
 
 
 def _with_hosts_from_names(files: list[DumpFile]) -> list[DumpFile]:
