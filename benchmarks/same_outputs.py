@@ -6,7 +6,9 @@ that a move or a rename changed no behaviour.
 
 `write` runs `python -m frtrace` (from SRC, default this checkout's src/) on each fixture folder
 that holds an expected.json, asking for the text report, --json, -o, --chrome-trace, --html,
---sqlite and --stats, with -v. Run it with the old and the new code, then `diff`.
+--sqlite and --stats, with -v. Run it with the old and the new code, then `diff`. A database
+pickle that differs also says whether its tables hold the same rows (a change of which objects
+the pickle shares, its size in stderr.txt with it, changes bytes, not rows); it still differs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -41,12 +44,24 @@ def write(out: Path, src: Path) -> None:
         (target / "stderr.txt").write_bytes(said + f"\nexit {run.returncode}\n".encode())
 
 
+def _same_rows(a: Path, b: Path) -> str:
+    """' (same rows)' where two database pickles (both this checkout's own outputs) hold equal tables."""
+    if not (a.exists() and b.exists()):
+        return ""
+    sys.path.insert(0, str(ROOT / "src"))  # the pickles name frtrace's table classes
+    with open(a, "rb") as one, open(b, "rb") as other:
+        (types_a, db_a), (types_b, db_b) = pickle.load(one), pickle.load(other)
+    same = types_a == types_b and all([tuple(row) for row in getattr(db_a, table)] == [tuple(row) for row in getattr(db_b, table)]
+                                      for table in db_a._fields)
+    return " (same rows)" if same else " (other rows)"
+
+
 def diff(a: Path, b: Path) -> int:
     names_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
     names_b = {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
     different = sorted(names_a ^ names_b) + sorted(n for n in names_a & names_b if not filecmp.cmp(a / n, b / n, shallow=False))
     for name in different:
-        print(f"differs: {name}")
+        print(f"differs: {name}{_same_rows(a / name, b / name) if name.name == 'db.pkl' else ''}")
     print(f"{len(names_a & names_b)} files compared, {len(different)} differ")
     return 1 if different else 0
 
