@@ -37,20 +37,20 @@ def parts(tmp_path):
 
 def _sizes(packed: tuple) -> list[int]:
     """The bytes of each shared value a packed dump carries whole (0 where it names it alone)."""
-    kinds, states, configs, stacks = packed[6]
+    kinds, states, configs, stacks = packed[5]
     return [len(blob or b"") for _, blob in (kinds, states, *configs, stacks)]
 
 
 def test_a_shared_value_is_sent_whole_once_then_by_its_digest(parts):
     packer = wire.Packer()
     first, second = packer.pack(parts[0]), packer.pack(parts[1])  # ranks 0 and 1: one tp group, the same kinds
-    world_blob = first[6][2][0][1]
+    world_blob = first[5][2][0][1]
     assert world_blob is not None and len(world_blob) > WORLD  # the world's 64 ranks, in full
     assert _sizes(second) == [0] * len(_sizes(second))  # everything rank 1 shares with rank 0: digests only
     third = packer.pack(parts[2])  # rank 2: another tp group, so other kinds and config; the world again by digest
-    assert third[6][2][0] == (first[6][2][0][0], None)
-    assert third[6][2][1][1] is not None and third[6][0][1] is not None
-    assert wire.Packer().pack(parts[1])[6][2][0][1] == world_blob  # a new worker has sent nothing yet
+    assert third[5][2][0] == (first[5][2][0][0], None)
+    assert third[5][2][1][1] is not None and third[5][0][1] is not None
+    assert wire.Packer().pack(parts[1])[5][2][0][1] == world_blob  # a new worker has sent nothing yet
 
 
 def test_the_main_process_gets_every_value_back_and_one_object_per_shared_value(parts):
@@ -79,8 +79,8 @@ def test_two_workers_each_send_a_value_whole_and_the_main_process_keeps_one(part
 
 def test_a_digest_never_sent_whole_is_refused(parts):
     packed = wire.Packer().pack(parts[0])
-    kinds, states, configs, stacks = packed[6]
-    unsent = packed[:6] + (((kinds[0], None), states, configs, stacks),) + packed[7:]
+    kinds, states, configs, stacks = packed[5]
+    unsent = packed[:5] + (((kinds[0], None), states, configs, stacks),) + packed[6:]
     with pytest.raises(ValueError, match="never sent"):
         wire.Unpacker().dump(unsent)
 
@@ -168,6 +168,18 @@ def test_a_column_named_twice_in_one_dump_by_two_objects_unpacks_in_order(parts)
 
 def test_a_column_digest_never_sent_whole_is_refused(parts):
     packed = wire.Packer().pack(parts[0])
-    columns = ((packed[4][0][0], None),) + packed[4][1:]
-    with pytest.raises(ValueError, match="never sent"):
-        wire.Unpacker().dump(packed[:4] + (columns,) + packed[5:])
+    times, digest, body, names = packed[4]
+    for unsent in ((times, digest, None, names), (times, None, ((body[0][0], None),) + body[1:], names)):
+        with pytest.raises(ValueError, match="never sent"):
+            wire.Unpacker().dump(packed[:4] + (unsent,) + packed[5:])
+
+
+def test_a_dump_whose_columns_are_all_known_sends_one_digest_for_them(parts):
+    packer = wire.Packer()
+    first, other = packer.pack(parts[0]), packer.pack(parts[2])  # rank 2: another tp group's name, the same columns
+    assert first[4][2] is not None and other[4][1] == first[4][1] and other[4][2] is None
+    unpacker = wire.Unpacker()
+    one, two = unpacker.dump(first), unpacker.dump(other)
+    assert two.entries == parts[2].entries and two.entries.runs == parts[2].entries.runs
+    assert list(two.entries.runs) == list(parts[2].entries.runs) != list(one.entries.runs)  # the rank's own names
+    assert all(a is b for a, b in zip(one.entries.runs.values(), two.entries.runs.values()))  # one Run each

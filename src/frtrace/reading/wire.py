@@ -42,6 +42,7 @@ except ImportError:  # an interpreter built without it
 
 _DIGEST_BYTES = 16
 _COLUMN = b"frtrace column"  # the digests' personalization: a column's never equals a marshalled value's
+_COLUMNS = b"frtrace columns"  # ... nor a dump's columns' together
 _KEPT_CONFIGS = 1024  # configs whose digests a worker remembers by identity (each holds its ranks)
 
 
@@ -99,6 +100,22 @@ class Packer:
         self.sent.add(digest)
         return digest, column
 
+    def _columns(self, body: tuple) -> tuple[bytes | None, tuple | None]:
+        """A dump's columns and runs (body, each column named) as (digest, body the first time,
+        else None): ranks running one program hold them all alike, and then send 16 bytes for
+        them. (None, body) where a column is neither bytes nor an array nor a range nor a plain
+        tuple (none is)."""
+        try:
+            plain = marshal.dumps((*map(_key, body[:6]), None if body[6] is None else
+                                   tuple((_key(p), first, _key(k), _key(s)) for p, first, k, s in body[6])))
+        except ValueError:
+            return None, body
+        digest = blake2b(plain, digest_size=_DIGEST_BYTES, person=_COLUMNS).digest()
+        if digest in self.sent:
+            return digest, None
+        self.sent.add(digest)
+        return digest, body
+
     def pack(self, part: Any) -> tuple:
         """A loader.CompactDump as the tuple Unpacker.dump takes."""
         entries = part.entries
@@ -107,20 +124,32 @@ class Packer:
         def named(column: Any) -> tuple:
             return self._column(column, digests)
 
-        times = None
+        times = None  # each rank's own: named one by one, first
         if self.times:
             times = tuple(map(named, (entries.time_created_ns, entries.time_started_ns, entries.time_completed_ns,
                                       entries.duration_ms)))
-        columns = (*map(named, (entries.kind, entries.state, entries.record_id, entries.collective_seq_id,
-                                entries.p2p_seq_id)), times, named(entries.stack_id))
-        runs = None
-        if entries.runs is not None:
-            runs = tuple((name, named(run.positions), run.first_seq, named(run.kinds), named(run.states))
-                         for name, run in entries.runs.items())
+        body = (*map(named, (entries.kind, entries.state, entries.record_id, entries.collective_seq_id,
+                             entries.p2p_seq_id, entries.stack_id)),
+                None if entries.runs is None else
+                tuple((named(run.positions), run.first_seq, named(run.kinds), named(run.states)) for run in entries.runs.values()))
+        columns = (times, *self._columns(body), None if entries.runs is None else tuple(entries.runs))
         shared = (self._shared(_plain_kinds(entries.kinds)), self._shared(tuple(entries.states)),
                   tuple(map(self._config, part.group_configs)), self._shared(_plain_stacks(part.stacks)))
-        return (part.rank, part.path, part.file_format, part.version, columns, runs, shared, part.notes,
+        return (part.rank, part.path, part.file_format, part.version, columns, shared, part.notes,
                 part.health, part.restarted, part.seq_counter, part.moments, part.recorder_off)
+
+
+def _key(named: tuple) -> Any:
+    """What a named column's digest says of it, for the digest of a dump's columns: its own
+    digest, or the value itself where it has none (a range as its three numbers)."""
+    digest, value = named
+    if digest is not None:
+        return digest
+    if isinstance(value, range):
+        return ("range", value.start, value.stop, value.step)
+    if type(value) is tuple:
+        return value
+    raise ValueError("a column of no known type")
 
 
 class Unpacker:
@@ -157,24 +186,36 @@ class Unpacker:
             found = self.by_digest[digest] = column
         return found
 
+    def _body(self, digest: bytes | None, body: tuple | None) -> tuple:
+        """A dump's columns and runs, from Packer._columns' answer: one tuple for each digest."""
+        if digest is not None:
+            found = self.by_digest.get(digest)
+            if found is not None:
+                return found
+            if body is None:  # never: a worker sends a dump's columns whole before naming them alone
+                raise ValueError("a worker named columns it never sent")
+        column = self._column  # in the order Packer.pack named them: each is sent whole where first named
+        resolved = (*map(column, body[:6]), None if body[6] is None else
+                    tuple(Run(column(p), first, column(k), column(s)) for p, first, k, s in body[6]))
+        if digest is not None:
+            self.by_digest[digest] = resolved
+        return resolved
+
     def dump(self, packed: tuple) -> Dump:
         """The Dump a Packer's tuple describes."""
-        (rank, path, file_format, version, columns, runs, shared, notes, health, restarted, seq_counter, moments,
+        (rank, path, file_format, version, columns, shared, notes, health, restarted, seq_counter, moments,
          recorder_off) = packed
         (kinds_at, states_at, configs_at, stacks_at) = shared
         kinds = self._shared(*kinds_at, lambda plain: self._interned(map(Kind._make, plain)))
         states = self._shared(*states_at, self._interned)
         configs = tuple(self._shared(digest, blob, self._config) for digest, blob in configs_at)
         stacks = self._shared(*stacks_at, lambda plain: tuple(tuple(Frame(*f) for f in s) for s in plain))
-        column = self._column  # in the order Packer.pack named them: each is sent whole where first named
-        (kind, state, record_id, collective_seq_id, p2p_seq_id, times, stack_id) = columns
-        kind, state, record_id, collective_seq_id, p2p_seq_id = map(column, columns[:5])
-        created, started, completed, duration = tuple(map(column, times)) if times else (Unread(len(kind)),) * 4
-        stack_id = column(stack_id)
-        if runs is not None:
-            runs = {name: Run(column(positions), first_seq, column(run_kinds), column(run_states))
-                    for name, positions, first_seq, run_kinds, run_states in runs}
+        times, digest, body, names = columns
+        created, started, completed, duration = tuple(map(self._column, times)) if times else (None,) * 4
+        kind, state, record_id, collective_seq_id, p2p_seq_id, stack_id, runs = self._body(digest, body)
+        if times is None:
+            created = started = completed = duration = Unread(len(kind))
         entries = EntryColumns(rank, kinds, kind, states, state, record_id, collective_seq_id, p2p_seq_id, created, started,
-                               completed, duration, stack_id, runs)
+                               completed, duration, stack_id, None if runs is None else dict(zip(names, runs)))
         return Dump(rank, path, file_format, version, entries, configs, stacks, notes, health, restarted, seq_counter,
                     tuple(map(GroupMoment._make, moments)), recorder_off)
