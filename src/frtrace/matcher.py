@@ -107,7 +107,8 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     findings.extend(p2p_findings)
     notes.extend(p2p_notes)
 
-    blockers = {rank: blocker_of(dumps[rank], tracks_by_rank[rank], views, table, tracking[rank]) for rank in dumps}
+    undone: dict = {}  # the positions not completed of each state column ranks share
+    blockers = {rank: blocker_of(dumps[rank], tracks_by_rank[rank], views, table, tracking[rank], undone) for rank in dumps}
     graph = WaitGraph(views, blockers, unmatched, dumps, tracking, unanswered, unasked, partner_done)
     findings.extend(graph.missing_findings(frontier))
     findings.extend(graph.stuck_findings())

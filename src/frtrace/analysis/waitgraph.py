@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress, repeat
@@ -61,8 +62,31 @@ def _other_byte(code: int) -> re.Pattern:
 _match_start = methodcaller("start")
 
 
+def _undone(columns, found: dict | None) -> Sequence[int]:
+    """The buffer positions of the entries not completed, in order (the state column is bytes
+    where a byte holds each state: a regular expression finds them in C); found once for each
+    state column ranks share, where `found` keeps them (id -> (the column, its positions): the
+    dumps outlive it, so no id is reused)."""
+    if "completed" not in columns.states:
+        return range(len(columns))
+    known = found.get(id(columns.state)) if found is not None else None
+    if known is not None and known[0] is columns.state:
+        return known[1]
+    done = columns.states.index("completed")
+    if isinstance(columns.state, bytes):
+        positions = tuple(map(_match_start, _other_byte(done).finditer(columns.state)))
+    else:
+        positions = tuple(compress(range(len(columns)), map(ne, columns.state, repeat(done))))
+    if found is not None:
+        found[id(columns.state)] = (columns.state, positions)
+    return positions
+
+
 def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupView], table: GroupTable,
-             tracking: bool) -> Blocker | None:
+             tracking: bool, undone: dict | None = None) -> Blocker | None:
+    """The op the rank is blocked in: its first entry not completed that is an op of its own
+    (where its recorder tracks completion), else its last op. `undone`: shared by the calls for
+    one job's ranks (see _undone)."""
     def as_blocker(entry: Entry) -> Blocker | None:
         group = table.group_of(dump.rank, entry.pg_name)
         if group is None:
@@ -85,15 +109,7 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
                 return blocker
         return None
     columns = dump.entries
-    if "completed" in columns.states:  # only entries in another state can block: found in C
-        done = columns.states.index("completed")
-        if isinstance(columns.state, bytes):  # one byte a state: a regular expression skips the completed ones
-            candidates = map(_match_start, _other_byte(done).finditer(columns.state))
-        else:
-            candidates = compress(range(len(columns)), map(ne, columns.state, repeat(done)))
-    else:
-        candidates = range(len(columns))
-    for entry in map(columns.__getitem__, candidates):
+    for entry in map(columns.__getitem__, _undone(columns, undone)):  # only entries in another state can block
         blocker = as_blocker(entry)  # a scheduled op inside a completed coalesced group is done
         if blocker is None:
             continue
