@@ -237,8 +237,7 @@ class Codes:
         return recoded
 
 
-def _unnamed(kind: Kind) -> Kind:
-    return kind._replace(pg_name="")
+_unnamed = itemgetter(slice(1, None))  # a kind but its group's name (its first field), as a plain tuple
 
 
 def _maps(values_of: dict[int, tuple], ids: dict, key: Callable = lambda value: value) -> dict[int, list[int]]:

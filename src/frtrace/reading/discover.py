@@ -87,7 +87,9 @@ class Found:
         if file_format is None:
             self.unreadable.append((dump_file, f"its first bytes are not those of a pickle or JSON dump{_archive_hint(head)}"))
             return
-        self.candidates.append(replace(dump_file, file_format=file_format))
+        if file_format != dump_file.file_format:  # else it is the one its name said
+            dump_file = replace(dump_file, file_format=file_format)
+        self.candidates.append(dump_file)
         if any(marker in head for marker in _MARKERS):
             self.marked.add(dump_file.path)
 
@@ -205,14 +207,12 @@ def walked(directory: str, prefix: str | None = None) -> Found:
     name), before the job's files are chosen (finish)."""
     found = Found()
     for path, where, regular in _walk(directory):
-        name = os.path.basename(path)
-        printable = display_path(path)
         if (rank := stack_rank(where)) is not None:
             found.stacks.append((rank, path))
             continue
-        parts = split_name(name, prefix)
+        parts = split_name(os.path.basename(path), prefix)
         if isinstance(parts, str):
-            found.ignored.append(SkippedFile(printable, parts))
+            found.ignored.append(SkippedFile(display_path(path), parts))
             continue
         dump_file = placed(path, where, parts)
         kind = None
