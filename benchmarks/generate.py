@@ -1,13 +1,15 @@
 """Generate large SYNTHETIC NCCL-layout dump sets for benchmarks.
 
     python benchmarks/generate.py OUT_DIR --ranks 256 --entries 2000 [--tp 8] [--pp 1]
-                                  [--fault none|skip|size|dtype] [--wrap] [--coalesced] [--timing]
+                                  [--fault none|skip|size|dtype] [--wrap] [--stagger N] [--coalesced] [--timing]
                                   [--repeated-times] [--stacks shared|own|off] [--own-values] [--json]
 
 A TP x PP x DP job: each step runs tp all_reduces, a dp reduce_scatter and all_gather (with
 --coalesced: one coalesced group of two all_gathers and its terminator), pp sends and recvs
 between stages, and a world all_reduce. Each rank keeps its last --entries records; with --wrap,
-even tp groups run extra ops so buffers wrap at different points. --fault injects one desync at
+even tp groups run extra ops so buffers wrap at different points; with --stagger N, rank r's dump
+was taken r % N records before the others' (dumps taken at different moments: with N at least the
+world, every rank's columns differ from every other's). --fault injects one desync at
 the last step on the middle rank.
 
 The shape of the values, which is what loading costs:
@@ -102,7 +104,7 @@ def rank_dump(rank: int, args) -> dict:
         })
 
     # every rank runs the same steps, enough to fill the buffer of the rank with the fewest ops per step
-    steps = (args.entries + 50) // 5 + 1
+    steps = (args.entries + args.stagger + 50) // 5 + 1
     extra = 3 if args.wrap and int(mine["tp"]) % 2 == 0 else 0
     for step in range(steps):
         last = step == steps - 1
@@ -132,7 +134,8 @@ def rank_dump(rank: int, args) -> dict:
         entries[-1]["state"] = "scheduled"
         entries[-1]["time_discovered_completed_ns"] = None
         entries[-1]["duration_ms"] = None
-    entries = entries[-args.entries:]
+    early = rank % args.stagger if args.stagger else 0
+    entries = entries[len(entries) - early - args.entries:len(entries) - early]
     if args.stacks == "own":
         for entry in entries:
             entry["frames"] = copy.deepcopy(entry["frames"])
@@ -174,6 +177,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--fault", choices=["none", "skip", "size", "dtype"], default="none")
     parser.add_argument("--wrap", action="store_true")
+    parser.add_argument("--stagger", type=int, default=0, help="rank r's dump taken r %% N records early")
     parser.add_argument("--coalesced", action="store_true")
     parser.add_argument("--timing", action="store_true")
     parser.add_argument("--repeated-times", action="store_true")
