@@ -414,6 +414,47 @@ def _p2p_ends(op: str, group: Group) -> tuple[str, int, int] | None:
     return None if src is None or dst is None else (kind, src, dst)
 
 
+class _Spread:
+    """What a group's column tracks hold, over every seq id any of them holds (from `first`):
+    per seq id the kind and state code of its holders (None where none holds it), the places
+    where two holders differ in kind or in state, and the lowest-ranked holder.
+
+    Where dumps were taken at different moments each member holds a range of its own, and most of
+    a group's seq ids are held by some members only: checked one at a time, each asked every track
+    (thousands) where this answers it at once. Made by C-level slices: tracks by first seq id, each
+    compared with what the ones before it cover and adding what they do not (the covered seq ids
+    are one run from the first track's on, or several where ranges leave gaps)."""
+
+    def __init__(self, columns: list[tuple[int, Track]]) -> None:
+        self.first = min((t.first_seq for _, t in columns), default=0)
+        last = max((t.last_seq for _, t in columns), default=-1)
+        count = last - self.first + 1
+        self.kinds: list[int | None] = [None] * count
+        self.states: list[int | None] = [None] * count
+        self.odd_kinds: set[int] = set()
+        self.odd_states: set[int] = set()
+        covered_to = -1  # the covered run's end (exclusive), of the places from the first
+        for _, track in sorted(columns, key=lambda item: item[1].first_seq):
+            start, end = track.first_seq - self.first, track.last_seq - self.first + 1
+            split = min(max(covered_to, start), end)  # start..split: covered already; split..end: not
+            if split > start:
+                self._compare(start, track.kinds[:split - start], self.kinds, self.odd_kinds)
+                self._compare(start, track.states[:split - start], self.states, self.odd_states)
+            self.kinds[split:end] = track.kinds[split - start:]
+            self.states[split:end] = track.states[split - start:]
+            covered_to = max(covered_to, end)
+        self.owners: list = [None] * count
+        for rank, track in reversed(columns):  # in rank order: the lower ranks written last
+            start, end = track.first_seq - self.first, track.last_seq - self.first + 1
+            self.owners[start:end] = [(rank, track)] * (end - start)
+
+    @staticmethod
+    def _compare(start: int, held: Sequence[int], spread: list, odd: set[int]) -> None:
+        mine = list(held)
+        if spread[start:start + len(mine)] != mine:
+            odd.update(start + i for i, (a, b) in enumerate(zip(spread[start:start + len(mine)], mine)) if a != b)
+
+
 class GroupView:
     """Everything known about one group: each member's track and status per sequence id.
 
@@ -457,6 +498,7 @@ class GroupView:
         self._last_values = [last for last, _ in self._lasts]
         self._collective = [(r, t) for r, t in tracks.items() if t.first_seq is not None]
         self._fine_codes: dict[int, bool] = {}
+        self._spread: _Spread | None = None  # made when first asked (_agreed_at)
         # where every issuer's track is one of units (a coalesced group): their seq id -> kind codes
         # and seq id -> end state dicts, looked up for all of them at once by a C-level map
         self._unit_kinds: list[dict] | None = None
@@ -470,6 +512,7 @@ class GroupView:
         self.reference: Track | None = None
         self.disputed: set[int] = set()  # seq ids of the reference's range that need the check entry by entry
         self.mixed_states: set[int] = set()  # seq ids some issuer of which is in another state than the reference
+        self._unit_seqs: set[int] = set()  # seq ids some unit track holds
         if not columns:
             return
         ref = self.reference = max(columns, key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
@@ -488,7 +531,8 @@ class GroupView:
                 self.mixed_states.update(lo + i for i, (a, b) in enumerate(zip(track.states[mine], ref.states[theirs])) if a != b)
         for _, track in self._collective:
             if track.units is not None:
-                disputed.update(track.units)
+                self._unit_seqs.update(track.units)
+        disputed.update(self._unit_seqs)
         disputed.update(self.cut.values())
         # the lowest-ranked column track holding each seq id of the reference's range
         lowest: dict[tuple[int, int], tuple[int, Track]] = {}
@@ -554,6 +598,9 @@ class GroupView:
             held = set(map(dict.get, self._unit_kinds, repeat(seq)))
             held.discard(None)
             return len(held) == 1 and all(map(self._fine, held.pop()))
+        at = self._agreed_at(seq)
+        if at is not None:
+            return self._fine(self._spread.kinds[at])
         found = None
         for _, track in self._collective:
             kinds = track.kinds_at(seq)
@@ -565,6 +612,19 @@ class GroupView:
                 return False
         return found is not None and all(map(self._fine, found))
 
+    def _agreed_at(self, seq: int) -> int | None:
+        """#seq's place in the spread (_spread) where every issuer holds it alike: no unit track
+        holds it, and the column tracks that do hold one kind (their states the caller checks).
+        None otherwise: the issuers must be asked one by one. (A wrapped buffer's first seq id,
+        disputed for the check, is answered here too: these answers ask the same of every holder.)"""
+        if self._spread is None:
+            self._spread = _Spread([(r, t) for r, t in self._collective if t.units is None])
+        spread = self._spread
+        at = seq - spread.first
+        if not 0 <= at < len(spread.kinds) or spread.kinds[at] is None or at in spread.odd_kinds or seq in self._unit_seqs:
+            return None
+        return at
+
     def _fine(self, code: int) -> bool:
         fine = self._fine_codes.get(code)
         if fine is None:
@@ -575,6 +635,10 @@ class GroupView:
 
     def lowest_issuer(self, seq: int) -> tuple[int, UnitEntries] | None:
         """The lowest-ranked issuer of #seq and its unit; None if nobody issued it."""
+        at = self._agreed_at(seq)
+        if at is not None:
+            rank, track = self._spread.owners[at]
+            return rank, track.unit(seq)
         for rank, track in self._collective:
             unit = track.unit(seq)
             if unit is not None:
@@ -589,6 +653,9 @@ class GroupView:
             held = set(map(dict.get, self._unit_states, repeat(seq)))
             held.discard(None)
             return held
+        at = self._agreed_at(seq)
+        if at is not None and at not in self._spread.odd_states:  # every issuer in one state
+            return {self.codes.states[self._spread.states[at]]}
         return {state for _, track in self._collective if (state := track.end_state(seq, self.codes)) is not None}
 
     def unit(self, seq: int, rank: int) -> UnitEntries | None:
