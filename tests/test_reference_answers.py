@@ -47,8 +47,14 @@ def _answers(view: GroupView, seq: int) -> tuple:
     return view.alike(seq), view.lowest_issuer(seq), view.end_states(seq)
 
 
+@pytest.fixture(autouse=True)
+def _spread_at_once(monkeypatch):
+    """The spread made at the first question, so every answer these tests compare comes from it."""
+    monkeypatch.setattr(GroupView, "SPREAD_AFTER", 0)
+
+
 def _assert_same_as_asking_each(directory: Path) -> int:
-    """Compared seq ids answered from the reference; the count, so a test sees it was exercised."""
+    """Compared seq ids answered from the spread; the count, so a test sees it was exercised."""
     answered = 0
     for view in _views(directory):
         held = {seq for track in view.tracks.values() if track.first_seq is not None
@@ -127,3 +133,11 @@ def test_a_seq_id_a_unit_track_holds_is_asked_of_each_issuer(tmp_path):
     held = {0: [entry(seq=s, state="completed") for s in (1, 2)] + unit + [entry(seq=4, state="completed")],
             **{r: [entry(seq=s, state="completed") for s in range(1, 7)] for r in (1, 2)}}
     assert _assert_same_as_asking_each(write_dumps(tmp_path, {r: make_dump(e) for r, e in held.items()})) > 0
+
+
+def test_a_group_asked_of_few_seq_ids_asks_its_issuers_and_makes_no_spread(tmp_path, monkeypatch):
+    monkeypatch.setattr(GroupView, "SPREAD_AFTER", 3)
+    (view,) = [v for v in _views(write_dumps(tmp_path, _ranges((1, 6), (1, 6), (2, 7)))) if v.group.name == "0"]
+    view._asked, view._spread = 0, None  # as made: the analysis may have asked it already
+    assert [view._agreed_at(seq) for seq in (2, 3, 4)] == [None] * 3 and view._spread is None
+    assert view._agreed_at(5) == 4 and view._spread is not None  # the fourth question: from the spread

@@ -498,7 +498,8 @@ class GroupView:
         self._last_values = [last for last, _ in self._lasts]
         self._collective = [(r, t) for r, t in tracks.items() if t.first_seq is not None]
         self._fine_codes: dict[int, bool] = {}
-        self._spread: _Spread | None = None  # made when first asked (_agreed_at)
+        self._spread: _Spread | None = None  # made when asked past SPREAD_AFTER times (_agreed_at)
+        self._asked = 0
         # where every issuer's track is one of units (a coalesced group): their seq id -> kind codes
         # and seq id -> end state dicts, looked up for all of them at once by a C-level map
         self._unit_kinds: list[dict] | None = None
@@ -612,12 +613,19 @@ class GroupView:
                 return False
         return found is not None and all(map(self._fine, found))
 
+    # questions answered by asking each issuer before the spread is made: a group asked of a seq
+    # id or two (a healthy job's last op) costs a pass over its tracks, not the spread of all they hold
+    SPREAD_AFTER = 16
+
     def _agreed_at(self, seq: int) -> int | None:
         """#seq's place in the spread (_spread) where every issuer holds it alike: no unit track
         holds it, and the column tracks that do hold one kind (their states the caller checks).
         None otherwise: the issuers must be asked one by one. (A wrapped buffer's first seq id,
         disputed for the check, is answered here too: these answers ask the same of every holder.)"""
         if self._spread is None:
+            self._asked += 1
+            if self._asked <= self.SPREAD_AFTER:
+                return None
             self._spread = _Spread([(r, t) for r, t in self._collective if t.units is None])
         spread = self._spread
         at = seq - spread.first
