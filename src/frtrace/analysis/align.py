@@ -414,6 +414,21 @@ def _p2p_ends(op: str, group: Group) -> tuple[str, int, int] | None:
     return None if src is None or dst is None else (kind, src, dst)
 
 
+def _lowest_holders(columns: list[tuple[int, Track]], first: int, count: int) -> list[tuple[int, Track] | None]:
+    """Per seq id from `first` (`count` of them), the lowest-ranked of the column tracks
+    (rank, track, in rank order) holding it, None where none does: each distinct range written
+    once, by C-level slices, the lower ranks last."""
+    lowest: dict[tuple[int, int], tuple[int, Track]] = {}
+    for rank, track in columns:
+        lowest.setdefault((track.first_seq, track.last_seq), (rank, track))
+    owners: list[tuple[int, Track] | None] = [None] * count
+    for (start, last), item in sorted(lowest.items(), key=lambda pair: -pair[1][0]):
+        a, b = max(start - first, 0), min(last - first + 1, count)
+        if a < b:
+            owners[a:b] = [item] * (b - a)
+    return owners
+
+
 class _Spread:
     """What a group's column tracks hold, over every seq id any of them holds (from `first`):
     per seq id the kind and state code of its holders (None where none holds it), the places
@@ -443,10 +458,7 @@ class _Spread:
             self.kinds[split:end] = track.kinds[split - start:]
             self.states[split:end] = track.states[split - start:]
             covered_to = max(covered_to, end)
-        self.owners: list = [None] * count
-        for rank, track in reversed(columns):  # in rank order: the lower ranks written last
-            start, end = track.first_seq - self.first, track.last_seq - self.first + 1
-            self.owners[start:end] = [(rank, track)] * (end - start)
+        self.owners = _lowest_holders(columns, self.first, count)
 
     @staticmethod
     def _compare(start: int, held: Sequence[int], spread: list, odd: set[int]) -> None:
@@ -535,16 +547,8 @@ class GroupView:
                 self._unit_seqs.update(track.units)
         disputed.update(self._unit_seqs)
         disputed.update(self.cut.values())
-        # the lowest-ranked column track holding each seq id of the reference's range
-        lowest: dict[tuple[int, int], tuple[int, Track]] = {}
-        for rank, track in columns:
-            lowest.setdefault((track.first_seq, track.last_seq), (rank, track))
         self._agreed = self._agreed_flags()
-        self._owner: list[tuple[int, Track] | None] = [None] * (ref.last_seq - ref.first_seq + 1)
-        for (first, last), item in sorted(lowest.items(), key=lambda pair: -pair[1][0]):
-            a, b = max(first, ref.first_seq) - ref.first_seq, min(last, ref.last_seq) - ref.first_seq + 1
-            if a < b:
-                self._owner[a:b] = [item] * (b - a)
+        self._owner = _lowest_holders(columns, ref.first_seq, ref.last_seq - ref.first_seq + 1)
 
     def agreed(self, seq: int) -> bool:
         """Every issuer of #seq holds one kind, which breaks no size rule: the check has nothing to find."""
