@@ -211,10 +211,9 @@ class Unpacker:
         configs = tuple(self._shared(digest, blob, self._config) for digest, blob in configs_at)
         stacks = self._shared(*stacks_at, lambda plain: tuple(tuple(Frame(*f) for f in s) for s in plain))
         times, digest, body, names = columns
-        created, started, completed, duration = tuple(map(self._column, times)) if times else (None,) * 4
+        timed = tuple(map(self._column, times)) if times else None  # before the body: Packer.pack named them first
         kind, state, record_id, collective_seq_id, p2p_seq_id, stack_id, runs = self._body(digest, body)
-        if times is None:
-            created = started = completed = duration = Unread(len(kind))
+        created, started, completed, duration = timed or (Unread(len(kind)),) * 4
         entries = EntryColumns(rank, kinds, kind, states, state, record_id, collective_seq_id, p2p_seq_id, created, started,
                                completed, duration, stack_id, None if runs is None else dict(zip(names, runs)))
         return Dump(rank, path, file_format, version, entries, configs, stacks, notes, health, restarted, seq_counter,
