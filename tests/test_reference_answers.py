@@ -5,12 +5,10 @@ asking each issuer says, for every seq id any member holds. Dumps taken at diffe
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from conftest import entry, examples, make_dump, scenario_dirs, write_dumps
 from frtrace.analysis.align import GroupView
@@ -18,11 +16,9 @@ from frtrace.loader import load_dumps
 from frtrace.matcher import analyze
 from frtrace.reading.discover import find_dump_files
 from frtrace.reading.groups import resolve_groups
+from test_columns import generate  # benchmarks/generate.py, loaded there
 from test_properties import dump_sets
 
-_spec = importlib.util.spec_from_file_location("generate", Path(__file__).parents[1] / "benchmarks" / "generate.py")
-generate = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(generate)
 
 
 def _views(directory: Path) -> list[GroupView]:
