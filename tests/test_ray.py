@@ -74,7 +74,7 @@ def test_a_shared_folder_read_by_the_cluster_gives_the_local_runs_outputs_byte_f
 
 
 def test_a_set_of_many_files_is_spread_over_tasks_and_read_in_order(shared_cluster, tmp_path):
-    raw = {rank: make_dump(ops(6 if rank != 37 else 5, sizes=((rank % 7 + 1,),))) for rank in range(96)}
+    raw = {rank: make_dump(ops(6 if rank != 37 else 5, sizes=((rank % 7 + 1,),))) for rank in range(300)}  # 3 tasks
     folder = write_dumps(tmp_path / "d", raw)
     here = frtrace("-d", str(folder), "--json", str(tmp_path / "here.json"), "-o", str(tmp_path / "here.pkl"))
     there = frtrace("-d", str(folder), "--ray", shared_cluster.address, "--json", str(tmp_path / "there.json"),

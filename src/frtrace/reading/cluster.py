@@ -39,7 +39,9 @@ from .discover import Discovery, DumpFile, Found, finish, walked
 from .remote import reason
 
 _TASK_FILES = 256  # files one task reads at most: a task's answers are held whole until it ends
-_TASKS_PER_CPU = 4  # tasks a CPU of the cluster is given over a run, at least: the slow ones are not all one node's
+_TASK_FILES_LEAST = 128  # files one task reads at least where there are so many: each task costs the caller 1.5-3 ms
+# of its CPU (Ray's submission, wait and get; benchmarks/ray_tasks.py), against its 0.1 ms a dump
+_TASKS_PER_CPU = 4  # tasks a CPU of the cluster is given over a run, where the floor allows: the slow ones are not all one node's
 _IN_FLIGHT_PER_CPU = 2  # tasks submitted ahead per CPU: answers waiting in the object store stay bounded
 TIMEOUT = 60.0  # seconds without a task done before the rest is given up (--timeout)
 _LABEL_UNSAFE = re.compile(r"[/\\\s]")  # what a node's name may not hold as the folder its files are shown in
@@ -271,8 +273,7 @@ class Cluster:
         """The jobs in tasks of at most _TASK_FILES, a node-local file's pinned to its node; and
         the jobs whose node is gone (never read elsewhere: another node's file of that path is
         another file)."""
-        cpus = max(1, sum(node.cpus for node in nodes.values()))
-        size = max(1, min(_TASK_FILES, -(-len(jobs) // (cpus * _TASKS_PER_CPU))))
+        size = task_size(len(jobs), sum(node.cpus for node in nodes.values()))
         by_node: dict[str | None, list[int]] = {}
         for index, job in enumerate(jobs):
             by_node.setdefault(self.node_of[job[0]][0] if job[0] in self.node_of else None, []).append(index)
@@ -285,6 +286,15 @@ class Cluster:
             tasks += [(node, indices[start:start + size]) for start in range(0, len(indices), size)]
         tasks.sort(key=lambda task: task[1][0])
         return tasks, gone
+
+
+def task_size(files: int, cpus: int) -> int:
+    """Files a task reads: _TASKS_PER_CPU tasks a CPU of the cluster, in tasks of _TASK_FILES_LEAST
+    to _TASK_FILES files. The floor is the caller's: a task costs it a few ms of CPU whatever it
+    reads, so a large cluster given 4 tasks a CPU (100,000 files over 3,200 CPUs: 12,500 tasks of 8)
+    would cost it more than the analysis of their dumps; it leaves CPUs idle where files are few,
+    each task then reading for a second or two."""
+    return min(_TASK_FILES, max(_TASK_FILES_LEAST, -(-files // (max(1, cpus) * _TASKS_PER_CPU))))
 
 
 def _not_read(why: str) -> str:
