@@ -39,8 +39,8 @@ from .discover import Discovery, DumpFile, Found, finish, walked
 from .remote import reason
 
 _TASK_FILES = 256  # files one task reads at most: a task's answers are held whole until it ends
-_TASK_FILES_LEAST = 128  # files one task reads at least where there are so many: each task costs the caller 1.5-3 ms
-# of its CPU (Ray's submission, wait and get; benchmarks/ray_tasks.py), against its 0.1 ms a dump
+_TASK_FILES_LEAST = 128  # files one task reads at least where there are so many: each task costs the caller 3-5 ms
+# of its CPU here (Ray's submission, wait and get; benchmarks/ray_tasks.py), against its 0.1 ms a dump
 _TASKS_PER_CPU = 4  # tasks a CPU of the cluster is given over a run, where the floor allows: the slow ones are not all one node's
 _IN_FLIGHT_PER_CPU = 2  # tasks submitted ahead per CPU: answers waiting in the object store stay bounded
 TIMEOUT = 60.0  # seconds without a task done before the rest is given up (--timeout)
