@@ -3,7 +3,7 @@ run as Ray tasks where the files are, the analysis and the outputs left to the c
 
 Two ways:
 - A shared path (a shared filesystem, or a URL): the caller lists the set as ever (discover,
-  remote), and the files are read by tasks of up to _TASK_FILES files, spread over the
+  remote), and the files are read by tasks of 128 to 256 files (task_size), spread over the
   cluster's CPUs.
 - --node-local: the path is each node's own disk (a local TORCH_FR_DUMP_TEMP_FILE). A task per
   alive node, pinned to it, walks its view of the path (discover.walked); the caller chooses the
@@ -270,7 +270,7 @@ class Cluster:
             next_index += 1
 
     def _tasks(self, jobs: list[tuple], nodes: dict[str, Node]) -> tuple[list[tuple[Node | None, list[int]]], list[int]]:
-        """The jobs in tasks of at most _TASK_FILES, a node-local file's pinned to its node; and
+        """The jobs in tasks of task_size files at most, a node-local file's pinned to its node; and
         the jobs whose node is gone (never read elsewhere: another node's file of that path is
         another file)."""
         size = task_size(len(jobs), sum(node.cpus for node in nodes.values()))
