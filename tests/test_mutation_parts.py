@@ -43,3 +43,24 @@ def test_a_mutant_is_counted_in_its_module_when_modules_are_run_alone():
     assert module_of("frtrace.analysis.order.xǁProgramOrderǁ_position__mutmut_2") == "analysis/order.py"
     assert module_of("frtrace.live.session.x_live_snapshot__mutmut_7") == "live/session.py"
     assert module_of("frtrace.analysis.orderly.x_f__mutmut_1") is None
+
+
+def test_every_part_leaves_out_only_test_files_that_exist():
+    from mutation import LEFT_OUT
+
+    assert sorted(LEFT_OUT) == sorted(PARTS)
+    missing = [name for names in LEFT_OUT.values() for name in names if not (ROOT / "tests" / name).is_file()]
+    assert missing == []
+
+
+def test_the_files_a_part_leaves_out_are_deselected_under_mutation():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FRTRACE_MUTATION": "1", "FRTRACE_MUTATION_LEAVE_OUT": "test_mutation_parts.py,test_tar.py"}
+    listed = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "tests/test_mutation_parts.py", "tests/test_tar.py", "tests/test_wire.py"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+    ids = [line for line in listed.stdout.splitlines() if "::" in line]
+    assert ids and all(line.startswith("tests/test_wire.py::") for line in ids)
