@@ -1,0 +1,84 @@
+"""The verdict's small rules (analysis/verdict.py), each asked directly: how ranks whose dumps say
+nothing of the end are named, the op the Python stacks wait in where the dumps show nobody
+waiting, and an entry of a check that is not there (issue 52: the survivors of verdict.py's first
+whole mutation run, session 34)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from frtrace.analysis.verdict import _entry_at, _unrecorded_wait, _unseen_in, _unseen_word
+from frtrace.reading.stacks import Thread
+
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+OLD = {1: "older", 3: "older"}  # the stale ranks (what each says is not read here)
+
+
+def test_ranks_that_say_nothing_of_the_end_are_named_by_why():
+    assert _unseen_word([1, 3, 8], OLD, frozenset({8})) == "ranks 1,3 (dumps older than the end) and rank 8 (recorder off)"
+    assert _unseen_word([1], OLD, frozenset()) == "rank 1 (dump older than the end)"
+    assert _unseen_word([8, 9], {}, frozenset({8, 9})) == "ranks 8-9 (recorder off)"
+    assert _unseen_word([], {}, frozenset()) == ""
+
+
+def test_the_members_of_stuck_groups_that_say_nothing_of_the_end_are_named_by_why():
+    stuck = [SimpleNamespace(group=SimpleNamespace(ranks=(0, 1, 2, 3))), SimpleNamespace(group=SimpleNamespace(ranks=(8,)))]
+    assert _unseen_in(stuck, OLD, frozenset({8})) == ("ranks 1,3's dumps are older than the end and rank 8 recorded "
+                                                     "nothing (recorder off)")
+    assert _unseen_in(stuck, {1: "older"}, frozenset()) == "rank 1's dump is older than the end"
+    assert _unseen_in(stuck, {5: "older"}, frozenset({9})) == ""  # neither is a member of a stuck op's group
+
+
+def _waiting_in(call: str) -> Thread:
+    return Thread("MainThread", ((C10D, 10, call), ("train.py", 40, "step")))
+
+
+def _dumps(last_ops: dict) -> dict:
+    return {r: SimpleNamespace(entries=[SimpleNamespace(op=op)] if op else []) for r, op in last_ops.items()}
+
+
+WORLD = SimpleNamespace(ranks=(0, 1, 2), label="default_pg")
+TABLE = SimpleNamespace(groups=[SimpleNamespace(ranks=(0, 1), label="tp"), WORLD], world=(0, 1, 2))
+
+
+def test_ranks_whose_stacks_wait_in_an_op_their_dumps_do_not_record_outnumber_the_rest():
+    mains = {0: _waiting_in("monitored_barrier"), 1: _waiting_in("monitored_barrier"), 2: Thread("MainThread", (("train.py", 7, "load"),))}
+    finding, verdict, headline = _unrecorded_wait(_dumps({0: "all_reduce", 1: "all_reduce", 2: "all_reduce"}), TABLE, mains,
+                                                  {2: "in load (train.py:7)"})
+    assert (verdict, finding.ranks, finding.group) == ("desync", (2,), WORLD)
+    assert finding.detail == ("ranks 0-1 wait in monitored_barrier (distributed_c10d.py), which their dumps do not record; "
+                              "rank 2 is elsewhere (rank 2 in load (train.py:7)): the op the others wait in is one the "
+                              "recorder does not log")
+    assert headline == ("rank 2 never joined monitored_barrier, which ranks 0-1 wait in (by the Python stacks: the Flight "
+                        "Recorder does not record it)")
+
+
+def test_one_rank_waiting_in_two_unrecorded_calls_alone_is_inconclusive_and_names_both():
+    mains = {0: _waiting_in("monitored_barrier"), 1: _waiting_in("recv")}
+    finding, verdict, _ = _unrecorded_wait(_dumps({0: None}), TABLE, mains, {})  # rank 0's dump holds nothing, 1 has none
+    assert (verdict, finding.ranks, finding.op) == ("inconclusive", (), "monitored_barrier/recv")
+    assert finding.detail.startswith("ranks 0-1 wait in monitored_barrier/recv (distributed_c10d.py), which their dumps "
+                                     "do not record, and no rank's stack is elsewhere")
+
+
+def test_a_rank_waiting_in_the_op_its_dump_ends_in_is_no_unrecorded_wait():
+    mains = {0: _waiting_in("all_reduce"), 1: _waiting_in("all_reduce")}
+    assert _unrecorded_wait(_dumps({0: "all_reduce", 1: "all_reduce"}), TABLE, mains, {}) is None
+    finding, _, _ = _unrecorded_wait(_dumps({0: "all_reduce", 1: "barrier"}), TABLE, mains, {})
+    assert finding.detail.startswith("rank 1 waits in all_reduce (distributed_c10d.py), which its dump does not record")
+
+
+def test_without_a_group_of_the_whole_world_an_unrecorded_wait_is_said_in_the_largest_group():
+    largest = SimpleNamespace(ranks=(0, 1, 2), label="dp")
+    table = SimpleNamespace(groups=[SimpleNamespace(ranks=(0,), label="a"), largest, SimpleNamespace(ranks=(1, 2), label="b")],
+                            world=(0, 1, 2, 3))
+    finding, _, _ = _unrecorded_wait(_dumps({0: None}), table, {0: _waiting_in("barrier")}, {})
+    assert finding.group is largest
+
+
+def test_an_entry_of_an_op_no_check_holds_is_none():
+    checks = SimpleNamespace(at=lambda group, seq: None)
+    assert _entry_at(checks, SimpleNamespace(group="g", collective_seq_id=4), 0) is None
+    held = SimpleNamespace(at=lambda group, seq: SimpleNamespace(entries={0: ["first", "last"], 1: []}))
+    assert _entry_at(held, SimpleNamespace(group="g", collective_seq_id=4), 0) == "last"
+    assert _entry_at(held, SimpleNamespace(group="g", collective_seq_id=4), 1) is None
