@@ -1,6 +1,7 @@
-"""What a Ray task costs the caller's CPU, whatever it reads (issue 51: the floor on files a task).
+"""What a Ray task costs the caller's CPU, whatever it reads (issue 51: the floor on files a task),
+and what connecting to the cluster and leaving it cost it once.
 
-    python benchmarks/ray_tasks.py [--nodes 2] [--seconds 16] [--tasks 16 64 256]
+    python benchmarks/ray_tasks.py [--nodes 2] [--seconds 16] [--tasks 16 64 256] [--connects 2]
 
 Starts a real Ray cluster of --nodes nodes of 1 CPU on this machine (tests/ray_cluster.py) and,
 in a fresh driver process each, for about --seconds of wall: sits idle, then runs N tasks that
@@ -8,6 +9,9 @@ each sleep their share of the time on the cluster's CPUs and answer one list of 
 are about that a dump), 4 in flight, waited for one at a time with ray.wait and taken with
 ray.get, as reading.cluster does. The driver's CPU (its own getrusage: every thread, Ray's among
 them) less the idle run's over the same wall, divided by N, is what one task costs the caller.
+Then, --connects times in a fresh driver each, the fixed costs as reading.cluster meets them:
+importing Ray, ray.init to the cluster, the first task (its function exported, a worker
+started), ray.shutdown, and the whole process (the interpreter's start and end too).
 A benchmark, not a test: it asserts nothing, it reports.
 """
 
@@ -53,14 +57,41 @@ DRIVER = ("import json, logging, os, resource, sys, time\n"
           "ray.shutdown()\n"
           f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([used, wall]).encode())\n")
 
+CONNECT = ("import json, logging, os, resource, sys\n"
+           "def cpu():\n"
+           "    used = resource.getrusage(resource.RUSAGE_SELF)\n"
+           "    return used.ru_utime + used.ru_stime\n"
+           "def one():\n"
+           "    return 1\n"
+           "spent, mark = {}, cpu()\n"
+           "def took(name):\n"
+           "    global mark\n"
+           "    now = cpu()\n"
+           "    spent[name], mark = now - mark, now\n"
+           "import ray\n"
+           "took('import')\n"
+           "ray.init(address=sys.argv[1], logging_level=logging.ERROR, log_to_driver=False, namespace='frtrace')\n"
+           "took('init')\n"
+           "ray.get(ray.remote(num_cpus=1, max_retries=0)(one).remote())\n"
+           "took('first task')\n"
+           "ray.shutdown()\n"
+           "took('shutdown')\n"
+           f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps(spent).encode())\n")
+WHOLE = ("import json, os, resource, subprocess, sys\n"
+         "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "
+         f"'{ANSWER_FD}': '2'}}, check=False)\n"
+         "used = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+         f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps(used.ru_utime + used.ru_stime).encode())\n")
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=16.0)
     parser.add_argument("--tasks", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--connects", type=int, default=2)
     args = parser.parse_args(argv)
-    rows = []
+    rows, connects = [], []
     with RayCluster(nodes=args.nodes, cpus=1) as cluster:
         _, (idle, idle_wall) = reported_run(DRIVER, [cluster.address, "0", str(args.seconds), str(args.nodes)], ENV)
         rows.append(("idle", f"{idle_wall:.1f}", f"{idle * 1e3:.0f}", f"{idle / idle_wall * 1e3:.1f}", ""))
@@ -69,8 +100,16 @@ def main(argv=None) -> int:
             beyond = used - idle / idle_wall * wall
             rows.append((f"{tasks} tasks", f"{wall:.1f}", f"{used * 1e3:.0f}", f"{used / wall * 1e3:.1f}",
                          f"{beyond / tasks * 1e3:.2f}"))
+        for count in range(args.connects):
+            _, spent = reported_run(CONNECT, [cluster.address], ENV)
+            _, whole = reported_run(WHOLE, [sys.executable, "-c", CONNECT, cluster.address], ENV)
+            connects.append((f"connect {count + 1}", *(f"{spent[name] * 1e3:.0f}" for name in spent),
+                             f"{whole * 1e3:.0f}"))
     print(f"{args.nodes} Ray nodes of 1 CPU; a driver's CPU (its getrusage, every thread) over about {args.seconds:g} s")
     table(("run", "wall s", "driver CPU ms", "ms a second", "ms a task beyond idle"), rows)
+    if connects:
+        print("\nOnce a run, ms of the driver's CPU (a fresh driver each; the whole process in another run of it)")
+        table(("run", "import ray", "ray.init", "first task", "ray.shutdown", "whole process"), connects)
     return 0
 
 
