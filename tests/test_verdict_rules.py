@@ -82,3 +82,22 @@ def test_an_entry_of_an_op_no_check_holds_is_none():
     held = SimpleNamespace(at=lambda group, seq: SimpleNamespace(entries={0: ["first", "last"], 1: []}))
     assert _entry_at(held, SimpleNamespace(group="g", collective_seq_id=4), 0) == "last"
     assert _entry_at(held, SimpleNamespace(group="g", collective_seq_id=4), 1) is None
+
+
+def test_the_ranks_elsewhere_are_said_with_where_their_stacks_are_where_known():
+    table = SimpleNamespace(groups=[SimpleNamespace(ranks=tuple(range(5)), label="default_pg")], world=tuple(range(5)))
+    mains = {r: _waiting_in("monitored_barrier") for r in range(3)}
+    mains.update({3: Thread("MainThread", (("train.py", 7, "load"),)), 4: Thread("MainThread", (("train.py", 9, "save"),))})
+    dumps = _dumps(dict.fromkeys(range(5), "all_reduce"))
+    finding, _, _ = _unrecorded_wait(dumps, table, mains, {3: "in load (train.py:7)", 4: "in save (train.py:9)"})
+    assert finding.detail.endswith("; ranks 3-4 are elsewhere (rank 3 in load (train.py:7); rank 4 in save (train.py:9)): "
+                                   "the op the others wait in is one the recorder does not log")
+    finding, _, _ = _unrecorded_wait(dumps, table, mains, {})
+    assert finding.detail.endswith("; ranks 3-4 are elsewhere: the op the others wait in is one the recorder does not log")
+
+
+def test_as_many_ranks_elsewhere_as_waiting_is_inconclusive_and_says_so():
+    mains = {0: _waiting_in("monitored_barrier"), 1: Thread("MainThread", (("train.py", 7, "load"),))}
+    finding, verdict, _ = _unrecorded_wait(_dumps({0: "all_reduce", 1: "all_reduce"}), TABLE, mains, {})
+    assert verdict == "inconclusive"
+    assert finding.detail.endswith(", and as many ranks (rank 1) are elsewhere: which holds the job cannot be told")
