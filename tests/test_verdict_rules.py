@@ -1,13 +1,17 @@
 """The verdict's small rules (analysis/verdict.py), each asked directly: how ranks whose dumps say
 nothing of the end are named, the op the Python stacks wait in where the dumps show nobody
-waiting, and an entry of a check that is not there (issue 52: the survivors of verdict.py's first
-whole mutation run, session 34)."""
+waiting, an entry of a check that is not there, a long cycle cut for the first line, and a send
+to a rank without a dump (issue 52: the survivors of verdict.py's first mutation run, session
+34). The dumps are SYNTHETIC NCCL dumps (conftest's entries): gloo records no send or recv."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from frtrace.analysis.verdict import _entry_at, _unrecorded_wait, _unseen_in, _unseen_word
+from conftest import entry
+from test_matcher import nccl, p2p, run
+
+from frtrace.analysis.verdict import _entry_at, _few_waits, _unrecorded_wait, _unseen_in, _unseen_word
 from frtrace.reading.stacks import Thread
 
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -101,3 +105,30 @@ def test_as_many_ranks_elsewhere_as_waiting_is_inconclusive_and_says_so():
     finding, verdict, _ = _unrecorded_wait(_dumps({0: "all_reduce", 1: "all_reduce"}), TABLE, mains, {})
     assert verdict == "inconclusive"
     assert finding.detail.endswith(", and as many ranks (rank 1) are elsewhere: which holds the job cannot be told")
+
+
+def test_an_inconclusive_unrecorded_wait_is_undecided():
+    finding, verdict, _ = _unrecorded_wait(_dumps({0: None}), TABLE, {0: _waiting_in("barrier")}, {})
+    assert verdict == "inconclusive" and finding.decided is False
+
+
+def test_a_long_cycle_of_waits_is_cut_to_its_first_on_the_first_line_and_keeps_why():
+    waits = "; ".join(f"rank {r} waits in all_reduce #{r} of tp for rank {(r + 1) % 4}" for r in range(4))
+    cycle = f"{waits}: neither rule decides: rank 3's history says: skipped"
+    assert _few_waits(cycle) == ("rank 0 waits in all_reduce #0 of tp for rank 1, and 3 more waits in a cycle (see "
+                                 "Undecided): neither rule decides: rank 3's history says: skipped")
+    two = "rank 0 waits in a for rank 1; rank 1 waits in b for rank 0: neither rule decides"
+    assert _few_waits(two) == two
+
+
+def test_a_send_to_a_rank_without_a_dump_says_the_recv_it_never_posted():
+    """SYNTHETIC (NCCL): rank 0's send to rank 1 started, rank 1 left no dump, rank 2 went on to
+    all_reduce #3: rank 1 is named for the recv it never posted, as ever for a send, and its
+    missing dump is said beside it (not 'the prime suspect' of a collective it never joined)."""
+    world = {"0": ("default_pg", (0, 1, 2))}
+    done = [entry(seq=s, backend="nccl", state="completed") for s in (1, 2)]
+    result = run({0: nccl(done + [p2p("send", 0, 1, 1, state="started")], world),
+                  2: nccl(done + [entry(seq=3, backend="nccl", state="started")], world)})
+    assert (result.verdict, result.culprit_ranks) == ("desync", (1,))
+    assert result.headline == ("DESYNC: rank 1 never posted the recv matching rank 0's send 0->1 (p2p #1) of default_pg; "
+                               "rank 1 left no readable dump")
