@@ -1,7 +1,7 @@
 """The verdict's small rules (analysis/verdict.py), each asked directly: how ranks whose dumps say
 nothing of the end are named, the op the Python stacks wait in where the dumps show nobody
 waiting, an entry of a check that is not there, a long cycle cut for the first line, and a send
-to a rank without a dump (issue 52: the survivors of verdict.py's first mutation run, session
+to a rank without a dump, the ops stuck below PyTorch that explain the graph (issue 52: the survivors of verdict.py's first mutation run, session
 34). The dumps are SYNTHETIC NCCL dumps (conftest's entries): gloo records no send or recv."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from conftest import entry
 from test_matcher import nccl, p2p, run
 
-from frtrace.analysis.verdict import _entry_at, _few_waits, _unrecorded_wait, _unseen_in, _unseen_word
+from frtrace.analysis.verdict import _entry_at, _few_waits, _stuck_below, _unrecorded_wait, _unseen_in, _unseen_word
 from frtrace.reading.stacks import Thread
 
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -132,3 +132,15 @@ def test_a_send_to_a_rank_without_a_dump_says_the_recv_it_never_posted():
     assert (result.verdict, result.culprit_ranks) == ("desync", (1,))
     assert result.headline == ("DESYNC: rank 1 never posted the recv matching rank 0's send 0->1 (p2p #1) of default_pg; "
                                "rank 1 left no readable dump")
+
+
+def _stuck(ranks: tuple, members: tuple, detail: str = "issued by all members, not completed") -> SimpleNamespace:
+    return SimpleNamespace(ranks=ranks, expected_ranks=members, detail=detail)
+
+
+def test_the_ops_stuck_below_pytorch_that_explain_the_graph_are_those_holding_its_culprits():
+    tp, pp = _stuck((0, 1), (0, 1)), _stuck((4, 5), (4, 5))
+    assert _stuck_below([(1, None)], [tp, pp]) == [tp]  # the other stuck op holds no culprit
+    assert _stuck_below([(1, None), (4, None)], [tp, pp]) == [tp, pp]
+    assert _stuck_below([(1, None), (7, None)], [tp, pp]) == []  # rank 7 is held by nothing stuck
+    assert _stuck_below([], [tp, _stuck((4,), (4, 5))]) == [tp]  # one member finished: no hang below PyTorch
