@@ -1,18 +1,24 @@
 """The verdict's small rules (analysis/verdict.py), each asked directly: how ranks whose dumps say
 nothing of the end are named, the op the Python stacks wait in where the dumps show nobody
 waiting, an entry of a check that is not there, a long cycle cut for the first line, a send to a
-rank without a dump, and the ops stuck below PyTorch that explain the graph (issue 52: the
+rank without a dump, the ops stuck below PyTorch that explain the graph, and groups that cannot
+be lined up (issue 52: the
 survivors of verdict.py's first mutation run, session 34). The dumps are SYNTHETIC NCCL dumps
 (conftest's entries): gloo records no send or recv."""
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
-from conftest import entry
+from conftest import entry, make_dump
 from test_matcher import nccl, p2p, run
 
 from frtrace.analysis.verdict import _entry_at, _few_waits, _stuck_below, _unrecorded_wait, _unseen_in, _unseen_word
+from frtrace.loader import normalize
+from frtrace.matcher import analyze
+from frtrace.reading.anchor import Anchoring
+from frtrace.reading.groups import resolve_groups
 from frtrace.reading.stacks import Thread
 
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -145,3 +151,25 @@ def test_the_ops_stuck_below_pytorch_that_explain_the_graph_are_those_holding_it
     assert _stuck_below([(1, None), (4, None)], [tp, pp]) == [tp, pp]
     assert _stuck_below([(1, None), (7, None)], [tp, pp]) == []  # rank 7 is held by nothing stuck
     assert _stuck_below([], [tp, _stuck((4,), (4, 5))]) == [tp]  # one member finished: no hang below PyTorch
+
+
+def test_groups_that_cannot_be_lined_up_make_the_verdict_inconclusive_naming_the_first_and_counting_the_rest():
+    import copy
+
+    from conftest import make_dump
+
+    from frtrace.matcher import analyze
+    from frtrace.reading.anchor import Anchoring
+    from frtrace.reading.groups import resolve_groups
+    from frtrace.loader import normalize
+
+    config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}, "1": {"name": "1", "desc": "tp", "ranks": "[0, 1]"}}
+    raw = {r: make_dump([entry(seq=1, backend="nccl", state="completed")], pg_config=config) for r in (0, 1)}
+    dumps = {r: normalize(copy.deepcopy(d), r, f"nccl_trace_rank_{r}", "pickle") for r, d in raw.items()}
+    table = resolve_groups(dumps, frozenset(raw))
+    world, tp = sorted(table.groups, key=lambda g: g.desc)
+    for unaligned, more in (([(tp, "its buffers wrapped")], ""), ([(tp, "its buffers wrapped"), (world, "so did these")],
+                                                                  " (+1 more group(s))")):
+        result = analyze(dumps, table, anchoring=Anchoring(unaligned=unaligned))
+        assert result.verdict == "inconclusive"
+        assert result.headline == f"INCONCLUSIVE: the ops of tp cannot be lined up across its ranks: its buffers wrapped{more}"
