@@ -2,9 +2,8 @@
 nothing of the end are named, the op the Python stacks wait in where the dumps show nobody
 waiting, an entry of a check that is not there, a long cycle cut for the first line, a send to a
 rank without a dump, the ops stuck below PyTorch that explain the graph, and groups that cannot
-be lined up (issue 52: the
-survivors of verdict.py's first mutation run, session 34). The dumps are SYNTHETIC NCCL dumps
-(conftest's entries): gloo records no send or recv."""
+be lined up (issue 52: the survivors of verdict.py's first mutation run, session 34). The dumps
+are SYNTHETIC NCCL dumps (conftest's entries): gloo records no send or recv."""
 
 from __future__ import annotations
 
