@@ -1,9 +1,10 @@
 """The verdict's small rules (analysis/verdict.py), each asked directly: how ranks whose dumps say
 nothing of the end are named, the op the Python stacks wait in where the dumps show nobody
 waiting, an entry of a check that is not there, a long cycle cut for the first line, a send to a
-rank without a dump, the ops stuck below PyTorch that explain the graph, and groups that cannot
-be lined up (issue 52: the survivors of verdict.py's first mutation run, session 34). The dumps
-are SYNTHETIC NCCL dumps (conftest's entries): gloo records no send or recv."""
+rank without a dump, the ops stuck below PyTorch that explain the graph, groups that cannot be
+lined up, and a late arrival's cause and entry (issue 52: the survivors of verdict.py's first
+mutation run, session 34). The dumps are SYNTHETIC NCCL dumps (conftest's entries; the late
+arrivals, tests/jobgen.py's): gloo records no send or recv."""
 
 from __future__ import annotations
 
@@ -172,3 +173,23 @@ def test_groups_that_cannot_be_lined_up_make_the_verdict_inconclusive_naming_the
         result = analyze(dumps, table, anchoring=Anchoring(unaligned=unaligned))
         assert result.verdict == "inconclusive"
         assert result.headline == f"INCONCLUSIVE: the ops of tp cannot be lined up across its ranks: its buffers wrapped{more}"
+
+
+def test_a_late_arrival_is_a_compute_or_data_stall_blocked_in_the_op_it_issued_late():
+    """The accuracy run's late-arrival jobs (tests/jobgen.py: the late rank created the last world
+    op past its peers' deadline), NCCL's and gloo's layouts: the late rank's cause, and the entry it
+    is blocked in, the late op itself."""
+    import accuracy
+
+    checked = 0
+    for seed in range(40):
+        outcome, job, analysis = accuracy.run_job(seed, "late_arrival")
+        if job.torchcomms:
+            continue
+        assert outcome == "right" and analysis.culprit_ranks == (job.faulted,)
+        (late,) = [f for f in analysis.findings if f.kind == "late_arrival"]
+        assert analysis.causes[job.faulted][0] == "compute_or_data_stall"
+        entry = analysis.culprit_entries[job.faulted]
+        assert (entry.pg_name, entry.collective_seq_id, entry.is_p2p) == (late.group.name, late.collective_seq_id, False)
+        checked += 1
+    assert checked > 15
