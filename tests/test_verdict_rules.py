@@ -8,17 +8,16 @@ arrivals, tests/jobgen.py's): gloo records no send or recv."""
 
 from __future__ import annotations
 
-import copy
 from types import SimpleNamespace
 
+import accuracy
 from conftest import entry, make_dump
 from test_matcher import nccl, p2p, run
+from test_moments_survivors import _loaded
 
 from frtrace.analysis.verdict import _entry_at, _few_waits, _stuck_below, _unrecorded_wait, _unseen_in, _unseen_word
-from frtrace.loader import normalize
 from frtrace.matcher import analyze
 from frtrace.reading.anchor import Anchoring
-from frtrace.reading.groups import resolve_groups
 from frtrace.reading.stacks import Thread
 
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -154,19 +153,9 @@ def test_the_ops_stuck_below_pytorch_that_explain_the_graph_are_those_holding_it
 
 
 def test_groups_that_cannot_be_lined_up_make_the_verdict_inconclusive_naming_the_first_and_counting_the_rest():
-    import copy
-
-    from conftest import make_dump
-
-    from frtrace.matcher import analyze
-    from frtrace.reading.anchor import Anchoring
-    from frtrace.reading.groups import resolve_groups
-    from frtrace.loader import normalize
-
     config = {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}, "1": {"name": "1", "desc": "tp", "ranks": "[0, 1]"}}
     raw = {r: make_dump([entry(seq=1, backend="nccl", state="completed")], pg_config=config) for r in (0, 1)}
-    dumps = {r: normalize(copy.deepcopy(d), r, f"nccl_trace_rank_{r}", "pickle") for r, d in raw.items()}
-    table = resolve_groups(dumps, frozenset(raw))
+    dumps, table = _loaded(raw)
     world, tp = sorted(table.groups, key=lambda g: g.desc)
     for unaligned, more in (([(tp, "its buffers wrapped")], ""), ([(tp, "its buffers wrapped"), (world, "so did these")],
                                                                   " (+1 more group(s))")):
@@ -179,8 +168,6 @@ def test_a_late_arrival_is_a_compute_or_data_stall_blocked_in_the_op_it_issued_l
     """The accuracy run's late-arrival jobs (tests/jobgen.py: the late rank created the last world
     op past its peers' deadline), NCCL's and gloo's layouts: the late rank's cause, and the entry it
     is blocked in, the late op itself."""
-    import accuracy
-
     checked = 0
     for seed in range(40):
         outcome, job, analysis = accuracy.run_job(seed, "late_arrival")
@@ -189,7 +176,7 @@ def test_a_late_arrival_is_a_compute_or_data_stall_blocked_in_the_op_it_issued_l
         assert outcome == "right" and analysis.culprit_ranks == (job.faulted,)
         (late,) = [f for f in analysis.findings if f.kind == "late_arrival"]
         assert analysis.causes[job.faulted][0] == "compute_or_data_stall"
-        entry = analysis.culprit_entries[job.faulted]
-        assert (entry.pg_name, entry.collective_seq_id, entry.is_p2p) == (late.group.name, late.collective_seq_id, False)
+        blocked = analysis.culprit_entries[job.faulted]
+        assert (blocked.pg_name, blocked.collective_seq_id, blocked.is_p2p) == (late.group.name, late.collective_seq_id, False)
         checked += 1
     assert checked > 15
