@@ -36,9 +36,12 @@ def pytest_collection_modifyitems(config, items):
     is not reached by them (tests/mutation.py's LEFT_OUT)."""
     if os.environ.get("FRTRACE_MUTATION"):
         files = set(filter(None, os.environ.get("FRTRACE_MUTATION_LEAVE_OUT", "").split(",")))
-        left_out = [item for item in items if item.get_closest_marker("process") is not None or item.path.name in files]
-        config.hook.pytest_deselected(items=left_out)
-        items[:] = [item for item in items if item.get_closest_marker("process") is None and item.path.name not in files]
+
+        def left(item) -> bool:
+            return item.get_closest_marker("process") is not None or item.path.name in files
+
+        config.hook.pytest_deselected(items=[item for item in items if left(item)])
+        items[:] = [item for item in items if not left(item)]
 
 
 @pytest.fixture(autouse=True)

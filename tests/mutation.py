@@ -13,7 +13,8 @@ the survivors, a line per part or module (`killed/mutants (percent)`), then, as 
 covered, crashed the tool, timed out: its tests ran past 5 times their unmutated wall or 10 times
 their CPU, [tool.mutmut] timeout_multiplier; on cores other work shares, a slow mutant is not
 told from a hung one). A part's run leaves out the test files of the other side of the tool
-(LEFT_OUT). docs/testing.md lists the survivors with the reason each is left. Not a test: CI does not run it.
+(LEFT_OUT). docs/testing.md lists the survivors with the reason each is left. Not a test: CI does
+not run it.
 """
 
 from __future__ import annotations
@@ -92,8 +93,8 @@ def main(argv=None) -> int:
     else:
         groups, group_of = args.part or list(PARTS), part_of
     modules = [m for group in groups for m in PARTS.get(group, (group,))]  # a part's modules, or the module
-    parts = {part_of(dotted(module)) for module in modules}
     # a test file is left out only where every part run leaves it out
+    parts = [part for part, members in PARTS.items() if set(members) & set(modules)]
     left_out = set.intersection(*(set(LEFT_OUT[part]) for part in parts))
     if not args.keep:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
@@ -101,8 +102,8 @@ def main(argv=None) -> int:
     names = [dotted(module) + "*" for module in modules]
     started = time.monotonic()
     # FRTRACE_MUTATION: conftest.py leaves out the tests that run frtrace as a process (see there)
-    done = subprocess.run([sys.executable, "-m", "mutmut", *run, *names], check=False, cwd=ROOT, text=True,
-                          env={**os.environ, "FRTRACE_MUTATION": "1", "FRTRACE_MUTATION_LEAVE_OUT": ",".join(sorted(left_out))})
+    env = {**os.environ, "FRTRACE_MUTATION": "1", "FRTRACE_MUTATION_LEAVE_OUT": ",".join(sorted(left_out))}
+    done = subprocess.run([sys.executable, "-m", "mutmut", *run, *names], check=False, cwd=ROOT, text=True, env=env)
     if done.returncode != 0:
         print(f"mutmut run exited {done.returncode}", file=sys.stderr)
         return 1
