@@ -11,7 +11,8 @@ ray.get, as reading.cluster does. The driver's CPU (its own getrusage: every thr
 them) less the idle run's over the same wall, divided by N, is what one task costs the caller.
 Then, --connects times in a fresh driver each, the fixed costs as reading.cluster meets them:
 importing Ray, ray.init to the cluster, the first task (its function exported, a worker
-started), ray.shutdown, and the whole process (the interpreter's start and end too).
+started), ray.shutdown, and the whole process (the interpreter's start and end too, as this
+process sees its child).
 A benchmark, not a test: it asserts nothing, it reports.
 """
 
@@ -22,18 +23,19 @@ import sys
 from pathlib import Path
 
 from run import ENV, table  # benchmarks/run.py, beside this script
-from timing import ANSWER_FD, reported_run  # benchmarks/timing.py
+from timing import ANSWER_FD, children_cpu, reported_run  # benchmarks/timing.py
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from ray_cluster import RayCluster  # noqa: E402
 
-DRIVER = ("import json, logging, os, resource, sys, time\n"
+_CPU = ("import json, logging, os, resource, sys, time\n"
+        "def cpu():\n"
+        "    used = resource.getrusage(resource.RUSAGE_SELF)\n"
+        "    return used.ru_utime + used.ru_stime\n")  # the driver's own CPU, every thread
+DRIVER = (_CPU +
           "import ray\n"
-          "def cpu():\n"
-          "    used = resource.getrusage(resource.RUSAGE_SELF)\n"
-          "    return used.ru_utime + used.ru_stime\n"
           "def answer(items, seconds):\n"
           "    time.sleep(seconds)\n"
           "    return [b'x' * 700] * items\n"
@@ -57,10 +59,7 @@ DRIVER = ("import json, logging, os, resource, sys, time\n"
           "ray.shutdown()\n"
           f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([used, wall]).encode())\n")
 
-CONNECT = ("import json, logging, os, resource, sys\n"
-           "def cpu():\n"
-           "    used = resource.getrusage(resource.RUSAGE_SELF)\n"
-           "    return used.ru_utime + used.ru_stime\n"
+CONNECT = (_CPU +
            "def one():\n"
            "    return 1\n"
            "spent, mark = {}, cpu()\n"
@@ -77,11 +76,6 @@ CONNECT = ("import json, logging, os, resource, sys\n"
            "ray.shutdown()\n"
            "took('shutdown')\n"
            f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps(spent).encode())\n")
-WHOLE = ("import json, os, resource, subprocess, sys\n"
-         "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "
-         f"'{ANSWER_FD}': '2'}}, check=False)\n"
-         "used = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-         f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps(used.ru_utime + used.ru_stime).encode())\n")
 
 
 def main(argv=None) -> int:
@@ -101,14 +95,15 @@ def main(argv=None) -> int:
             rows.append((f"{tasks} tasks", f"{wall:.1f}", f"{used * 1e3:.0f}", f"{used / wall * 1e3:.1f}",
                          f"{beyond / tasks * 1e3:.2f}"))
         for count in range(args.connects):
+            before = children_cpu()  # the cluster's processes still run: only the driver is waited for
             _, spent = reported_run(CONNECT, [cluster.address], ENV)
-            _, whole = reported_run(WHOLE, [sys.executable, "-c", CONNECT, cluster.address], ENV)
+            whole = children_cpu() - before
             connects.append((f"connect {count + 1}", *(f"{spent[name] * 1e3:.0f}" for name in spent),
                              f"{whole * 1e3:.0f}"))
     print(f"{args.nodes} Ray nodes of 1 CPU; a driver's CPU (its getrusage, every thread) over about {args.seconds:g} s")
     table(("run", "wall s", "driver CPU ms", "ms a second", "ms a task beyond idle"), rows)
     if connects:
-        print("\nOnce a run, ms of the driver's CPU (a fresh driver each; the whole process in another run of it)")
+        print("\nOnce a run, ms of the driver's CPU (a fresh driver each; the whole process by its parent)")
         table(("run", "import ray", "ray.init", "first task", "ray.shutdown", "whole process"), connects)
     return 0
 
