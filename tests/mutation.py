@@ -1,13 +1,17 @@
 """Mutation testing, part by part: does breaking a rule make a test fail?
 
-    python tests/mutation.py [--part NAME ...] [--module PATH ...] [--max-children N] [--keep]
+    python tests/mutation.py [--part NAME ...] [--module PATH ...] [--slice K/N] [--max-children N] [--keep]
 
 Runs mutmut (the `mutation` extra) over the modules [tool.mutmut] in pyproject.toml names, grouped
 in PARTS below: the size and op rules, alignment, the wait-for graph and its rules, the verdict
 and causes, the moments of the dumps, the stacks reader, the live snapshot, and safe reading and
 writing. Each mutant (one small change: an operator, a constant, a condition) runs against the
 in-process tests that cover its function. `--part` runs only the parts named, `--module` only
-the modules named (`analysis/order.py`: a share of a part); without either, every part. Prints
+the modules named (`analysis/order.py`: a share of a part); without either, every part.
+`--slice K/N` (N 2, 5 or 10) runs the K-th of N slices of each module named: the mutants whose
+number ends in the slice's digits, about 1/N of each function's (a part too large for an hour on 2
+cores, run an hour at a time; with --keep a slice after the first reuses mutmut's map of tests).
+Prints
 the survivors, a line per part or module (`killed/mutants (percent)`), then, as its last line,
 `N killed, M survived` over the parts run: every mutant not killed counts as survived (not
 covered, crashed the tool, timed out: its tests ran past 5 times their unmutated wall or 10 times
@@ -68,6 +72,22 @@ def part_of(mutant: str) -> str | None:
     return next((part for part, modules in PARTS.items() if module in modules), None)
 
 
+def slice_digits(index: int, count: int) -> str:
+    """The last digits of the mutants in slice `index` of `count` (which divides 10): mutmut numbers
+    each function's mutants 1, 2, 3, ..., so every slice holds about 1/count of each function's."""
+    return "".join(str(digit) for digit in range(10) if digit % count == index - 1)
+
+
+def slice_patterns(module: str, index: int, count: int) -> list[str]:
+    """The names mutmut is given for slice `index` of `count` of `module`: its mutants whose number
+    ends in the slice's digits, and its functions by name (a name ending in a letter: mutmut picks
+    the tests of the clean run by the function names a pattern matches, and a mutant's name ends in
+    a digit, so this pattern adds tests, not mutants)."""
+    if count == 1:
+        return [dotted(module) + "*"]
+    return [f"{dotted(module)}*__mutmut_*[{slice_digits(index, count)}]", f"{dotted(module)}*[!0-9]"]
+
+
 def statuses() -> dict[str, str]:
     """Every mutant mutmut has made, and its status ("killed", "survived", "no tests", ...)."""
     done = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=ROOT, text=True,
@@ -85,9 +105,15 @@ def main(argv=None) -> int:
     parser.add_argument("--part", action="append", choices=sorted(PARTS), help="a part to run (repeatable; default: all)")
     parser.add_argument("--module", action="append", choices=sorted(m for ms in PARTS.values() for m in ms),
                         help="a module to run, under src/frtrace (repeatable)")
+    parser.add_argument("--slice", help="K/N: the K-th of N (2, 5 or 10) slices of each module's mutants")
     parser.add_argument("--max-children", type=int, help="mutants run at once (default: the CPUs)")
     parser.add_argument("--keep", action="store_true", help="keep mutmut's work folder (mutants/) from an earlier run")
     args = parser.parse_args(argv)
+    index, count = 1, 1
+    if args.slice:
+        index, _, count = (int(n) if n.isdigit() else 0 for n in args.slice.partition("/"))
+        if count not in (2, 5, 10) or not 1 <= index <= count:
+            parser.error(f"--slice {args.slice}: K/N with N 2, 5 or 10 and 1 <= K <= N")
     if args.module:  # reported a module a line
         groups, group_of = args.module + [m for part in args.part or () for m in PARTS[part]], module_of
     else:
@@ -99,7 +125,8 @@ def main(argv=None) -> int:
     if not args.keep:
         shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     run = ["run"] + (["--max-children", str(args.max_children)] if args.max_children else [])
-    names = [dotted(module) + "*" for module in modules]
+    names = [pattern for module in modules for pattern in slice_patterns(module, index, count)]
+    digits = slice_digits(index, count)
     started = time.monotonic()
     # FRTRACE_MUTATION: conftest.py leaves out the tests that run frtrace as a process (see there)
     env = {**os.environ, "FRTRACE_MUTATION": "1", "FRTRACE_MUTATION_LEAVE_OUT": ",".join(sorted(left_out))}
@@ -111,14 +138,15 @@ def main(argv=None) -> int:
     by_group: dict[str, list[tuple[str, str]]] = {group: [] for group in groups}
     for name, status in statuses().items():
         group = group_of(name)
-        if group in by_group:
+        if group in by_group and name[-1:] in digits:
             by_group[group].append((name, status))
     survivors = sorted((name, status) for found in by_group.values() for name, status in found if status != "killed")
     if survivors:
         print("not killed (`python -m mutmut show NAME` shows one):")
         for name, status in survivors:
             print(f"  {name}: {status}")
-    print(f"{', '.join(groups)}: {minutes:.0f} min")
+    said = f" (slice {index} of {count})" if count > 1 else ""
+    print(f"{', '.join(groups)}{said}: {minutes:.0f} min")
     for group in groups:
         killed = sum(status == "killed" for _, status in by_group[group])
         total = len(by_group[group])

@@ -64,3 +64,24 @@ def test_the_files_a_part_leaves_out_are_deselected_under_mutation():
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
     ids = [line for line in listed.stdout.splitlines() if "::" in line]
     assert ids and all(line.startswith("tests/test_wire.py::") for line in ids)
+
+
+def test_the_slices_of_a_module_hold_each_mutant_once_and_pick_tests_by_function_name():
+    from fnmatch import fnmatch
+
+    from mutation import slice_digits, slice_patterns
+
+    mutants = [f"frtrace.analysis.align.x_build_tracks__mutmut_{n}" for n in range(1, 41)]
+    mutants += [f"frtrace.analysis.align.xǁGroupViewǁalike__mutmut_{n}" for n in (7, 10, 123)]
+    functions = ["frtrace.analysis.align.x_build_tracks", "frtrace.analysis.align.xǁGroupViewǁalike"]
+    for count in (2, 5, 10):
+        chosen = [[m for m in mutants if any(fnmatch(m, p) for p in slice_patterns("analysis/align.py", k, count))]
+                  for k in range(1, count + 1)]
+        assert sorted(m for found in chosen for m in found) == sorted(mutants)  # each in exactly one slice
+        assert all(len(found) >= 40 // count for found in chosen)
+        assert all(m[-1] in slice_digits(k, count) for k, found in enumerate(chosen, 1) for m in found)
+        for k in range(1, count + 1):
+            patterns = slice_patterns("analysis/align.py", k, count)
+            assert all(any(fnmatch(f, p) for p in patterns) for f in functions)  # the clean run's tests
+            assert not any(fnmatch("frtrace.analysis.alignment.x_f__mutmut_1", p) for p in patterns)
+    assert slice_patterns("analysis/align.py", 1, 1) == ["frtrace.analysis.align.*"]
