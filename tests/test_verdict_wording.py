@@ -1,20 +1,21 @@
 """The verdict's words, read on the shipped fixtures: each cause, headline and note said whole, as
 people read and paste them (issue 52: most survivors of verdict.py's mutation slice 1 of 5, session
 35, were words of rare branches no test read whole). Where no fixture reaches a branch, SYNTHETIC
-dumps (conftest's) or a fixture copied with a stack file added, each said where. The fixtures' truths are their generators'
-(fixtures/generate_*.py); what is asserted here is only how frtrace says them."""
+dumps (conftest's) or a fixture copied with a stack file added, each said where. The fixtures'
+truths are their generators' (fixtures/generate_*.py); what is asserted here is only how frtrace
+says them."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import shutil
 from types import SimpleNamespace
 
 import pytest
+from conftest import FIXTURES, entry, make_dump, ops
+from test_matcher import nccl, run
 
 import frtrace
 from frtrace.analysis.verdict import _moment_notes
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -57,14 +58,14 @@ def test_a_gpu_that_never_reached_the_op_is_said_in_the_headline_and_the_cause(a
 
 
 def test_a_late_arrival_is_said_as_such(analysis):
-    assert analysis("late_arrival_rank2").causes == {2: ("compute_or_data_stall", "issued the op after its peers had given up "
-                                                                                  "on it: it was computing or loading data "
-                                                                                  "while they waited")}
+    assert analysis("late_arrival_rank2").causes == {2: (
+        "compute_or_data_stall", "issued the op after its peers had given up on it: it was computing or loading data while "
+                                 "they waited")}
 
 
 def test_a_clean_set_with_recorders_off_says_so_after_the_count(analysis):
-    assert analysis("recorder_off_healthy").headline == ("CLEAN: 4 ranks, 4 groups, 19 collectives matched; no desync; ranks "
-                                                         "2-3 recorded nothing (recorder off)")
+    assert analysis("recorder_off_healthy").headline == (
+        "CLEAN: 4 ranks, 4 groups, 19 collectives matched; no desync; ranks 2-3 recorded nothing (recorder off)")
 
 
 def test_ranks_whose_recorder_was_off_are_noted_in_their_number():
@@ -88,8 +89,6 @@ def test_up_to_three_stale_dumps_are_said_one_by_one_and_more_with_a_count():
 def test_a_rank_without_a_dump_whose_stack_shows_it_alive_computes_or_loads_data(tmp_path):
     # stacks_killed_rank3 with a stack for rank 3 beside the others (SYNTHETIC: faulthandler's format, as
     # the fixture's own stacks; the process was killed, so its stack is written here by hand)
-    import shutil
-
     copied = tmp_path / "set"
     shutil.copytree(FIXTURES / "stacks_killed_rank3", copied)
     (copied / "nccl_trace_rank_3.stacks").write_text(
@@ -103,9 +102,6 @@ def test_a_rank_without_a_dump_whose_stack_shows_it_alive_computes_or_loads_data
 
 
 def test_ranks_whose_gpus_never_reached_the_op_are_said_in_the_plural():
-    from conftest import entry
-    from test_matcher import nccl, run
-
     def world(seq, state):
         return entry(seq=seq, backend="nccl", state=state)
 
@@ -116,16 +112,12 @@ def test_ranks_whose_gpus_never_reached_the_op_are_said_in_the_plural():
 
 
 def test_a_culprits_failed_checks_are_said_with_what_each_said():
-    from conftest import make_dump, ops
-    from test_matcher import run
-
     dumps = {r: make_dump(ops(2 if r == 2 else 3)) for r in range(4)}  # rank 2 never issued #3 and went on
-    dumps[2]["health_check_results"] = {"gpu": {"status": "failed", "error": "Xid 48"}, "nic0": {"status": "down", "error": "link flap"},
-                                        "nic1": "failed"}
+    dumps[2]["health_check_results"] = {"gpu": {"status": "failed", "error": "Xid 48"},
+                                        "nic0": {"status": "down", "error": "link flap"}, "nic1": "failed"}
     result = run(dumps)
     assert result.culprit_ranks == (2,)
     assert result.evidence[-1] == "health check: rank 2's gpu, nic0, nic1 checks failed (gpu: Xid 48; nic0: link flap)"
-
 
 
 def test_a_stack_in_the_programs_own_line_cannot_tell_where_an_undecided_rank_waits(analysis):
