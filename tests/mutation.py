@@ -11,8 +11,7 @@ the modules named (`analysis/order.py`: a share of a part); without either, ever
 `--slice K/N` (N 2, 5 or 10) runs the K-th of N slices of each module named: the mutants whose
 number ends in the slice's digits, about 1/N of each function's (a part too large for an hour on 2
 cores, run an hour at a time; with --keep a slice after the first reuses mutmut's map of tests).
-Prints
-the survivors, a line per part or module (`killed/mutants (percent)`), then, as its last line,
+Prints the survivors, a line per part or module (`killed/mutants (percent)`), then, as its last line,
 `N killed, M survived` over the parts run: every mutant not killed counts as survived (not
 covered, crashed the tool, timed out: its tests ran past 5 times their unmutated wall or 10 times
 their CPU, [tool.mutmut] timeout_multiplier; on cores other work shares, a slow mutant is not
