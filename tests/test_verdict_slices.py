@@ -1,0 +1,83 @@
+"""The verdict's small rules that the mutation run's slices of verdict.py found untested (issue 52,
+tests/mutation.py --part verdict --slice K/5): a culprit held up by ranks whose dumps say nothing
+of the end, findings of ranks that ran ahead among others, and a culprit's stack beside its peers'
+where it is no odd one out. Each rule is asked directly, on stand-ins of the wait-for graph that
+hold only what the rule reads (no dump is read)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from frtrace.analysis.verdict import _stacks_apart, _with_ran_ahead, _without_unseen
+from frtrace.reading.stacks import Thread
+from frtrace.types import Finding
+
+TP = SimpleNamespace(key=("tp",), name="tp", label="tp", ranks=(0, 1, 2, 3))
+
+
+def _blocked(seq: int, peer: int | None = None) -> SimpleNamespace:
+    """A rank's blocker: an op of TP at `seq`, a send or recv to `peer` where given."""
+    return SimpleNamespace(group=TP, seq=seq, p2p=None if peer is None else SimpleNamespace(peer=peer),
+                           describe=lambda: f"all_reduce #{seq} in tp")
+
+
+def _graph(blockers: dict, known_last: dict, unseen=frozenset(), holders=None) -> SimpleNamespace:
+    """The wait-for graph as _without_unseen reads it: each culprit's op, and TP's view (which
+    members' dumps say nothing of the end, which hold the op, each member's last seq id)."""
+    held = holders if holders is not None else set(TP.ranks)
+    view = SimpleNamespace(unseen=unseen, known_last=known_last, unit=lambda seq, rank: object() if rank in held else None)
+    return SimpleNamespace(joined_by_all=blockers, views={TP.key: view})
+
+
+def test_a_culprit_in_a_send_to_a_rank_whose_dump_is_seen_stays_named():
+    # rank 3's dump is older than the end; rank 0 waits in a send to rank 1, whose dump is seen
+    graph = _graph({0: _blocked(5, peer=1)}, {0: 5, 1: 5, 2: 5, 3: 4})
+    assert _without_unseen([(0, None)], graph, {3: "older"}, frozenset()) == ([(0, None)], [])
+    # ... and where the send is to rank 3, whether rank 0 waits for it cannot be told
+    graph = _graph({0: _blocked(5, peer=3)}, {0: 5, 1: 5, 2: 5, 3: 4})
+    assert _without_unseen([(0, None)], graph, {3: "older"}, frozenset()) == (
+        [], ["whether rank 0, in all_reduce #5 in tp, waits there for rank 3 (dump older than the end) cannot be told"])
+
+
+def test_a_culprit_in_an_op_every_member_holds_and_none_went_past_stays_named_where_its_group_is_whole():
+    # rank 2's recorder was off; rank 0's op is held by every member, none went past it, tp is no short group
+    graph = _graph({0: _blocked(5)}, {0: 5, 1: 5, 2: 5, 3: 5})
+    assert _without_unseen([(0, None)], graph, {}, frozenset({2})) == ([(0, None)], [])
+    # a group smaller than its siblings say: the member no dump shows may be what it waits for
+    kept, said = _without_unseen([(0, None)], graph, {}, frozenset({2}), short=frozenset({TP.key}))
+    assert kept == [] and said == ["whether rank 0, in all_reduce #5 in tp, waits there for a member no dump shows (tp has "
+                                   "4 of the members its siblings or shapes say) cannot be told"]
+
+
+def _finding(kind: str, seq: int, ranks: tuple[int, ...]) -> Finding:
+    return Finding(kind, TP, seq, None, "all_reduce", ranks, TP.ranks, f"{kind} at #{seq}")
+
+
+def test_findings_before_and_after_an_op_ranks_ran_ahead_in_are_all_kept():
+    key = ("coll", TP.key, 7)
+    graph = SimpleNamespace(ran_ahead={key: (0, 1)}, waits_on={key: (2, 3)}, views={TP.key: SimpleNamespace(known_last={2: 6})})
+    before, after = _finding("size_mismatch", 3, (2,)), _finding("not_completed", 9, (1,))
+    result = _with_ran_ahead([before, _finding("missing_ranks", 7, (2, 3)), after], graph)
+    assert [f.kind for f in result] == ["size_mismatch", "extra_op", "not_completed"]
+    assert result[0] is before and result[2] is after
+    # rank 3 issued no op of tp, rank 2 did: the last of theirs is rank 2's
+    assert result[1].ranks == (0, 1)
+    assert result[1].detail == ("ranks 0-1 issued it alone; ranks 2-3 never did and wait for nobody (their last op in tp "
+                                "is #6)")
+
+
+def _main(*functions: str) -> Thread:
+    """A training thread in the program's own train.py, outermost function last."""
+    return Thread("MainThread", tuple(("train.py", 10 + i, name) for i, name in enumerate(functions)))
+
+
+def test_a_culprit_whose_stack_its_peers_share_is_shown_beside_theirs():
+    group = SimpleNamespace(key=("dp",), name="dp", label="dp", ranks=(0, 1, 2, 3))
+    mains = {0: _main("step", "main"), 1: _main("step", "main"), 2: _main("step", "main"), 3: _main("load", "main")}
+    apart = {seen.rank: seen for seen in _stacks_apart([0], [group], mains)}
+    # rank 3 is the odd one out; rank 0, a culprit, is not, and is shown beside the stack its peers share
+    assert sorted(apart) == [0, 3]
+    assert apart[3].odd and not apart[0].odd
+    assert (apart[0].agreeing, apart[0].peers, apart[0].frames == apart[0].peers_frames) == (2, 3, True)
+    # a rank that is neither a culprit nor an odd one out is not shown
+    assert not {seen.rank for seen in _stacks_apart([], [group], mains)} - {3}
