@@ -2,11 +2,14 @@
 tests/mutation.py --part verdict --slice K/5): a culprit held up by ranks whose dumps say nothing
 of the end, findings of ranks that ran ahead among others, and a culprit's stack beside its peers'
 where it is no odd one out. Each rule is asked directly, on stand-ins of the wait-for graph that
-hold only what the rule reads (no dump is read)."""
+hold only what the rule reads, or analysed whole on SYNTHETIC NCCL dumps (conftest's entries)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+
+from conftest import entry
+from test_matcher import nccl, run
 
 from frtrace.analysis.verdict import _stacks_apart, _with_ran_ahead, _without_unseen
 from frtrace.reading.stacks import Thread
@@ -81,3 +84,15 @@ def test_a_culprit_whose_stack_its_peers_share_is_shown_beside_theirs():
     assert (apart[0].agreeing, apart[0].peers, apart[0].frames == apart[0].peers_frames) == (2, 3, True)
     # a rank that is neither a culprit nor an odd one out is not shown
     assert not {seen.rank for seen in _stacks_apart([], [group], mains)} - {3}
+
+
+def test_only_the_ranks_that_wait_for_ranks_stuck_below_pytorch_are_said_to():
+    """Ranks 0-1 stuck in tp's op; rank 2 waits in x's for rank 1, rank 3 in y's for rank 2 (not stuck)."""
+    groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("tp", (0, 1)), "2": ("x", (1, 2)), "3": ("y", (2, 3))}
+    world = entry(seq=1, state="completed", backend="nccl")
+    blocked = {rank: entry(pg=pg, desc=groups[pg][0], seq=1, state="started", backend="nccl")
+               for rank, pg in ((0, "1"), (1, "1"), (2, "2"), (3, "3"))}
+    result = run({rank: nccl([world, blocked[rank]], groups) for rank in range(4)})
+    assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1))
+    assert result.evidence == ("completion recorded: every member issued it, ranks 0-1 never completed it",
+                               "consequence: rank 2 waits in other ops for ranks stuck below PyTorch")

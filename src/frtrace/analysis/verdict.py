@@ -184,7 +184,8 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
                     culprit_entries[rank] = blockers[rank].entry
             evidence = [_stuck_evidence(s, alone=len(stuck) == 1) for s in stuck]
             if waiting:
-                evidence.append(f"consequence: {ranks_word(waiting)} wait in other ops for ranks stuck below PyTorch")
+                evidence.append(f"consequence: {ranks_word(waiting)} {by_number(waiting, 'waits', 'wait')} in other ops for "
+                                "ranks stuck below PyTorch")
         elif unrecorded := _unrecorded_wait(dumps, table, mains, places):
             finding, verdict, said = unrecorded
             findings = [*findings, finding]
