@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from conftest import entry
-from test_matcher import nccl, run
+from test_matcher import nccl, p2p, run
 
 from frtrace.analysis.verdict import _stacks_apart, _with_ran_ahead, _without_unseen
 from frtrace.reading.stacks import Thread
@@ -96,3 +96,16 @@ def test_only_the_ranks_that_wait_for_ranks_stuck_below_pytorch_are_said_to():
     assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1))
     assert result.evidence == ("completion recorded: every member issued it, ranks 0-1 never completed it",
                                "consequence: rank 2 waits in other ops for ranks stuck below PyTorch")
+
+
+def test_a_finding_that_names_no_culprit_is_no_root_cause():
+    """Rank 1 never joined tp's op (ranks 0 and 4 wait in it); rank 2 waits in x's for rank 1, so
+    it never sent what rank 3's recv waits for: the unmatched recv names rank 2, no culprit."""
+    groups = {"0": ("default_pg", (0, 1, 2, 3, 4)), "1": ("tp", (0, 1, 4)), "2": ("x", (1, 2))}
+    world = entry(seq=1, state="completed", backend="nccl")
+    tp, x = (entry(pg=pg, desc=groups[pg][0], seq=1, state="started", backend="nccl") for pg in ("1", "2"))
+    result = run({0: nccl([world, tp], groups), 1: nccl([world], groups), 2: nccl([world, x], groups),
+                  3: nccl([world, p2p("recv", 3, 2, 1, state="started")], groups), 4: nccl([world, tp], groups)})
+    assert (result.verdict, result.culprit_ranks) == ("desync", (1,))
+    assert [(f.kind, f.group.desc, f.ranks, f.root_cause) for f in result.findings] == [
+        ("missing_ranks", "tp", (1,), True), ("p2p_unmatched", "default_pg", (2,), False), ("missing_ranks", "x", (1,), False)]
