@@ -237,8 +237,6 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
     seen_in_stacks.extend(f"stacks: {own}; {peers}" for own, peers in odd_said.values())
     if unsaid:
         seen_in_stacks.append(f"stacks: and {unsaid} more ranks whose stacks are not their peers'")
-    if verdict == "inconclusive":
-        causes = {rank: ("unknown", "the dumps cannot decide") for rank in culprits} or causes
     decided_by = "; ".join(dict.fromkeys(e for e in evidence if not e.startswith("undecided: ")))  # said on its own
     evidence.extend(seen_in_stacks)
     final = tuple(
