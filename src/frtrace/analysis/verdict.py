@@ -41,7 +41,7 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
     culprit_entries: dict[int, Entry] = {}
     root_ids: set[int] = set()
     culprits: list[int] = []
-    named_by: dict[int, str] = {}  # culprit -> what named it: "mismatch", "stuck", "gpu", "graph" or "finding"
+    named_by: dict[int, str] = {}  # culprit -> what named it, where its cause reads it: "mismatch", "late", "stuck" or "gpu"
     undecidable: set[int] = set()  # culprits in no recorded op where gloo hides sends and receives among several
 
     def blame(chosen: list[Finding]) -> None:
@@ -122,7 +122,6 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         evidence.extend(f"where: {clause}" for part in parts for clause in part.full if clause not in headline)
         # ranks that each missed another op: each is a desync of its own (the wait-for graph holds
         # a sink or a cycle for each)
-        named_by.update(dict.fromkeys(culprits, "graph"))
         if len(parts) > 1 and graph.p2p_unrecorded and any(r in graph.joined_by_all for r in culprits):
             # a rank that waits for nobody the dumps show may wait in a send or recv for another culprit
             undecidable.update(r for r in culprits if r in graph.joined_by_all)
@@ -152,7 +151,6 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
         elif others:
             verdict = "desync"
             blame(others)
-            named_by.update(dict.fromkeys(culprits, "finding"))
             f = others[0]
             headline = f"{f.kind.replace('_', ' ')} in {f.op} of {f.group.label}: {f.detail}"
             evidence = [f"{f.kind.replace('_', ' ')}: {f.detail}"]
@@ -191,7 +189,6 @@ def conclude(dumps, table, findings, checks: Checks, graph: WaitGraph, blockers,
             findings = [*findings, finding]
             if verdict == "desync":
                 blame([finding])
-                named_by.update(dict.fromkeys(culprits, "stacks"))
                 headline = said
             else:
                 root_ids.add(id(finding))
