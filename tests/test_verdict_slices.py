@@ -11,9 +11,9 @@ from types import SimpleNamespace
 from conftest import entry
 from test_matcher import nccl, p2p, run
 
-from frtrace.analysis.verdict import _stacks_apart, _with_ran_ahead, _without_unseen
+from frtrace.analysis.verdict import _causes, _stacks_apart, _with_ran_ahead, _without_unseen
 from frtrace.reading.stacks import Thread
-from frtrace.types import Finding
+from frtrace.types import Finding, HealthCheck
 
 TP = SimpleNamespace(key=("tp",), name="tp", label="tp", ranks=(0, 1, 2, 3))
 
@@ -109,3 +109,15 @@ def test_a_finding_that_names_no_culprit_is_no_root_cause():
     assert (result.verdict, result.culprit_ranks) == ("desync", (1,))
     assert [(f.kind, f.group.desc, f.ranks, f.root_cause) for f in result.findings] == [
         ("missing_ranks", "tp", (1,), True), ("p2p_unmatched", "default_pg", (2,), False), ("missing_ranks", "x", (1,), False)]
+
+
+def test_each_culprits_cause_in_words():
+    graph = SimpleNamespace(unasked=set(), unanswered={2}, done_partner=lambda blocker: None, blockers={}, op_of={},
+                            p2p_unrecorded=False)
+    passed = SimpleNamespace(health=(HealthCheck("gpu", True, "passed"),))
+    causes = _causes([0, 1, 2, 3], {0: "mismatch"}, set(), {0: passed, 1: passed, 3: SimpleNamespace(health=())}, graph)
+    assert causes == {
+        0: ("divergence", "issued other ops than its peers: its program took another path"),  # a passed check is no cause
+        1: ("compute_or_data_stall", "in no collective: computing or loading data"),
+        2: ("process_gone", "did not answer frtrace live: its process may be gone or its host unreachable"),
+        3: ("compute_or_data_stall", "in no collective: computing or loading data")}
