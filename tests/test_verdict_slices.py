@@ -11,9 +11,9 @@ from types import SimpleNamespace
 from conftest import entry
 from test_matcher import nccl, p2p, run
 
-from frtrace.analysis.verdict import _causes, _stacks_apart, _with_ran_ahead, _without_unseen
+from frtrace.analysis.verdict import _causes, _odd_ones_said, _stacks_apart, _with_ran_ahead, _without_unseen
 from frtrace.reading.stacks import Thread
-from frtrace.types import Finding, HealthCheck
+from frtrace.types import Finding, HealthCheck, StackApart
 
 TP = SimpleNamespace(key=("tp",), name="tp", label="tp", ranks=(0, 1, 2, 3))
 
@@ -121,3 +121,28 @@ def test_each_culprits_cause_in_words():
         1: ("compute_or_data_stall", "in no collective: computing or loading data"),
         2: ("process_gone", "did not answer frtrace live: its process may be gone or its host unreachable"),
         3: ("compute_or_data_stall", "in no collective: computing or loading data")}
+
+
+def _group_of(size: int) -> SimpleNamespace:
+    return SimpleNamespace(key=("dp",), name="dp", label="dp", ranks=tuple(range(size)))
+
+
+def test_culprits_come_first_among_the_odd_ones_out():
+    mains = {rank: _main("step", "main") for rank in range(7)}
+    mains[0], mains[3] = _main("load", "main"), _main("save", "main")
+    assert [seen.rank for seen in _stacks_apart([3], [_group_of(7)], mains)] == [3, 0]
+
+
+def test_no_rank_is_the_odd_one_out_where_its_peers_split_in_halves():
+    # rank 0's six peers: three at one stack, three at another; no stack is most of theirs
+    mains = {rank: _main("step" if rank < 4 else "save", "main") for rank in range(1, 7)} | {0: _main("load", "main")}
+    assert _stacks_apart([], [_group_of(7)], mains) == ()
+
+
+def test_an_odd_one_out_with_no_line_of_its_own_is_said_where_its_stack_parts_and_that_it_has_no_frame_of_its_own():
+    library = (("/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 0, "barrier"),)
+    peers = (("train.py", 5, "main"), ("train.py", 9, "step"))
+    seen = StackApart(5, _group_of(4), library, peers, 3, 3, 0, True)
+    assert _odd_ones_said((seen,), {}) == ({5: (
+        "rank 5 is in no frame of its own", "3 of its 3 dp peers are at train.py:9 in step; their stacks part at "
+                                            "distributed_c10d.py in barrier against train.py:5 in main")}, 0)
