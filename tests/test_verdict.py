@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import accuracy
 from conftest import entry, make_dump, ops
 from test_matcher import WORLD4, nccl, p2p, run
 
@@ -562,3 +563,22 @@ def test_no_root_cause_finding_says_its_own_detail_again_as_what_decided_it(fold
     for finding in frtrace.analyze_dumps(str(folder)).analysis.findings:
         detail, _, decided = finding.detail.partition(" [decided by ")
         assert decided.removesuffix("]").partition(": ")[2] != detail, finding.detail
+
+
+def test_ranks_held_in_an_op_stuck_below_pytorch_did_not_leave_an_issuer_of_another_op_to_run_ahead():
+    """SYNTHETIC NCCL dumps: ranks 0-1 both started x's all_reduce and neither finished it; rank 2
+    waits in g's (ranks 0-2), which they never issued, held in x's. Rank 2 ran ahead of nobody: it
+    waits for ranks stuck below PyTorch (was: 'DESYNC: rank 2 ran ahead', an innocent rank named)."""
+    groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("x", (0, 1)), "2": ("g", (0, 1, 2))}
+    world = entry(seq=1, state="completed", backend="nccl")
+    x, g = (entry(pg=pg, desc=groups[pg][0], seq=1, state="started", backend="nccl") for pg in ("1", "2"))
+    result = run({0: nccl([world, x], groups), 1: nccl([world, x], groups), 2: nccl([world, g], groups),
+                  3: nccl([world], groups)})
+    assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1))
+    assert result.headline == ("STUCK: ranks 0-1 never completed all_reduce #1 of x, which every member issued: stuck below "
+                               "PyTorch (NCCL, network or a GPU)")
+    assert "consequence: rank 2 waits in other ops for ranks stuck below PyTorch" in result.evidence
+    # an extra op (tests/jobgen.py: rank 4 issued all_reduce #7 alone): the others are held in #6, which
+    # every member issued, but rank 4 went past it, so they are not stuck there, and rank 4 ran ahead
+    outcome, job, analysis = accuracy.run_job(2, "extra_op")
+    assert (outcome, job.faulted, analysis.culprit_ranks) == ("right", 4, (4,))

@@ -435,6 +435,14 @@ class WaitGraph(OwnHistory, ProgramOrder):
         seq = key[2]
         issuers = sorted(view.issuers(seq))
         described = self.blocker_of_op[key].describe()
+        if len(issuers) <= len(awaited) and all(self._held(r) for r in awaited):
+            # they never issued it because they are held in a collective every member issued and none
+            # went past (stuck below PyTorch): no sign that the issuers ran ahead
+            held = "; ".join(sorted({self._held(r).describe() for r in awaited}))
+            evidence.append(f"wait-for graph: {ranks_word(self.waiters[key])} {by_number(self.waiters[key], 'waits', 'wait')} in "
+                            f"{described} for {ranks_word(awaited)}, who {by_number(awaited, 'is', 'are')} held in {held}, "
+                            "which every member issued")
+            return blamed
         if len(issuers) > len(awaited):
             did = f"{by_number(awaited, 'shows', 'show')} no sign of it" if key in self.weak else "never did"  # weak: a buffer wrapped past it
             evidence.append(f"majority: {len(issuers)} of {_members(view)} issued {described}; "
@@ -461,6 +469,15 @@ class WaitGraph(OwnHistory, ProgramOrder):
                             f"nobody; {ranks_word(issuers)} issued it alone")
         self.ran_ahead[key] = tuple(issuers)
         return [(r, key) for r in issuers]
+
+    def _held(self, rank: int) -> Blocker | None:
+        """The collective `rank` started and is blocked in where every member issued it and none went
+        past it (a last op merely issued, or states that say nothing, is no sign of being held)."""
+        blocker = self.joined_by_all.get(rank)
+        if blocker is None or blocker.p2p is not None or blocker.entry.state != "started":
+            return None
+        known_last = self.views[blocker.group.key].known_last
+        return None if any(last > blocker.seq for last in known_last.values()) else blocker
 
     def _waiting_for(self, ranks) -> set[int]:
         """The ranks that wait for `ranks`, directly or through others who do."""
