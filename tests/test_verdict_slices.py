@@ -146,3 +146,14 @@ def test_an_odd_one_out_with_no_line_of_its_own_is_said_where_its_stack_parts_an
     assert _odd_ones_said((seen,), {}) == ({5: (
         "rank 5 is in no frame of its own", "3 of its 3 dp peers are at train.py:9 in step; their stacks part at "
                                             "distributed_c10d.py in barrier against train.py:5 in main")}, 0)
+
+
+def test_a_second_op_stuck_below_pytorch_is_counted_in_the_headline():
+    groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("x", (0, 1)), "2": ("y", (2, 3))}
+    world = entry(seq=1, state="completed", backend="nccl")
+    x, y = (entry(pg=pg, desc=groups[pg][0], seq=1, state="started", backend="nccl") for pg in ("1", "2"))
+    result = run({0: nccl([world, x], groups), 1: nccl([world, x], groups), 2: nccl([world, y], groups),
+                  3: nccl([world, y], groups)})
+    assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1, 2, 3))
+    assert result.headline == ("STUCK: ranks 0-1 never completed all_reduce #1 of x, which every member issued: stuck below "
+                               "PyTorch (NCCL, network or a GPU) (and 1 more stuck op, see the findings)")
