@@ -417,7 +417,9 @@ class WaitGraph(OwnHistory, ProgramOrder):
     def _idle_culprits(self, key: tuple, idle: list[int], evidence: list[str], undecided: list[str]) -> list[tuple[int, tuple]]:
         """Ranks awaited in `key` that wait for nobody. Where they are every member that never
         issued the op and outnumber the ones that did, the issuers ran ahead: blaming all members
-        of a group but a few is implausible. A tie is decided by the sibling groups or not at all."""
+        of a group but a few is implausible, unless they are held in a collective they started that
+        every member issued and none went past (_held): then they are waited for. A tie is decided
+        by the sibling groups or not at all."""
         awaited = self.waits_on[key]
         blamed = [(r, key) for r in idle]
         if key[0] != "coll" or sorted(idle) != sorted(awaited) or not all(r in self.dumps for r in awaited):
