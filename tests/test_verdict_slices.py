@@ -1,8 +1,9 @@
 """The verdict's small rules that the mutation run's slices of verdict.py found untested (issue 52,
 tests/mutation.py --part verdict --slice K/5): a culprit held up by ranks whose dumps say nothing
-of the end, findings of ranks that ran ahead among others, and a culprit's stack beside its peers'
-where it is no odd one out. Each rule is asked directly, on stand-ins of the wait-for graph that
-hold only what the rule reads, or analysed whole on SYNTHETIC NCCL dumps (conftest's entries)."""
+of the end, findings of ranks that ran ahead among others, a culprit's stack beside its peers' and
+the odd ones out in words, each culprit's cause in words, and who is said to wait for ranks stuck
+below PyTorch. Each rule is asked directly, on stand-ins of the wait-for graph that hold only what
+the rule reads, or analysed whole on SYNTHETIC NCCL dumps (conftest's entries)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,10 @@ def _blocked(seq: int, peer: int | None = None) -> SimpleNamespace:
                            describe=lambda: f"all_reduce #{seq} in tp")
 
 
-def _graph(blockers: dict, known_last: dict, unseen=frozenset(), holders=None) -> SimpleNamespace:
-    """The wait-for graph as _without_unseen reads it: each culprit's op, and TP's view (which
-    members' dumps say nothing of the end, which hold the op, each member's last seq id)."""
-    held = holders if holders is not None else set(TP.ranks)
-    view = SimpleNamespace(unseen=unseen, known_last=known_last, unit=lambda seq, rank: object() if rank in held else None)
+def _graph(blockers: dict, known_last: dict) -> SimpleNamespace:
+    """The wait-for graph as _without_unseen reads it: each culprit's op, and TP's view (every
+    member's dump says where it was at the end and holds the op; each member's last seq id)."""
+    view = SimpleNamespace(unseen=frozenset(), known_last=known_last, unit=lambda seq, rank: object())
     return SimpleNamespace(joined_by_all=blockers, views={TP.key: view})
 
 
