@@ -25,6 +25,20 @@ def nccl(raw_entries, ranks_by_group, first_record=0):
     return make_dump(raw_entries, pg_config=config, first_record=first_record)
 
 
+def after_one_world_op(ranks_by_group: dict, then: dict) -> object:
+    """The analysis of SYNTHETIC NCCL dumps whose ranks each completed one all_reduce of the world
+    (group "0"), then (`then`: rank -> what) started the first all_reduce of the group named, issued
+    the raw entry given, or (None) nothing more."""
+    world = entry(seq=1, state="completed", backend="nccl")
+
+    def last(what) -> list[dict]:
+        if what is None or isinstance(what, dict):
+            return [what] if what else []
+        return [entry(pg=what, desc=ranks_by_group[what][0], seq=1, state="started", backend="nccl")]
+
+    return run({rank: nccl([world, *last(what)], ranks_by_group) for rank, what in then.items()})
+
+
 WORLD4 = {"0": ("default_pg", range(4))}
 
 

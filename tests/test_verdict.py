@@ -9,7 +9,7 @@ import pytest
 
 import accuracy
 from conftest import entry, make_dump, ops
-from test_matcher import WORLD4, nccl, p2p, run
+from test_matcher import WORLD4, after_one_world_op, nccl, p2p, run
 
 
 def test_a_clean_headline_counts_the_ranks_the_groups_and_the_collectives_every_member_issued():
@@ -570,10 +570,7 @@ def test_ranks_held_in_an_op_stuck_below_pytorch_did_not_leave_an_issuer_of_anot
     waits in g's (ranks 0-2), which they never issued, held in x's. Rank 2 ran ahead of nobody: it
     waits for ranks stuck below PyTorch (was: 'DESYNC: rank 2 ran ahead', an innocent rank named)."""
     groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("x", (0, 1)), "2": ("g", (0, 1, 2))}
-    world = entry(seq=1, state="completed", backend="nccl")
-    x, g = (entry(pg=pg, desc=groups[pg][0], seq=1, state="started", backend="nccl") for pg in ("1", "2"))
-    result = run({0: nccl([world, x], groups), 1: nccl([world, x], groups), 2: nccl([world, g], groups),
-                  3: nccl([world], groups)})
+    result = after_one_world_op(groups, {0: "1", 1: "1", 2: "2", 3: None})
     assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1))
     assert result.headline == ("STUCK: ranks 0-1 never completed all_reduce #1 of x, which every member issued: stuck below "
                                "PyTorch (NCCL, network or a GPU)")

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from conftest import entry
-from test_matcher import nccl, p2p, run
+from test_matcher import after_one_world_op, p2p
 
 from frtrace.analysis.verdict import _causes, _odd_ones_said, _stacks_apart, _with_ran_ahead, _without_unseen
 from frtrace.reading.stacks import Thread
@@ -89,10 +88,7 @@ def test_a_culprit_whose_stack_its_peers_share_is_shown_beside_theirs():
 def test_only_the_ranks_that_wait_for_ranks_stuck_below_pytorch_are_said_to():
     """Ranks 0-1 stuck in tp's op; rank 2 waits in x's for rank 1, rank 3 in y's for rank 2 (not stuck)."""
     groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("tp", (0, 1)), "2": ("x", (1, 2)), "3": ("y", (2, 3))}
-    world = entry(seq=1, state="completed", backend="nccl")
-    blocked = {rank: entry(pg=pg, desc=groups[pg][0], seq=1, state="started", backend="nccl")
-               for rank, pg in ((0, "1"), (1, "1"), (2, "2"), (3, "3"))}
-    result = run({rank: nccl([world, blocked[rank]], groups) for rank in range(4)})
+    result = after_one_world_op(groups, {0: "1", 1: "1", 2: "2", 3: "3"})
     assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1))
     assert result.evidence == ("completion recorded: every member issued it, ranks 0-1 never completed it",
                                "consequence: rank 2 waits in other ops for ranks stuck below PyTorch")
@@ -102,10 +98,7 @@ def test_a_finding_that_names_no_culprit_is_no_root_cause():
     """Rank 1 never joined tp's op (ranks 0 and 4 wait in it); rank 2 waits in x's for rank 1, so
     it never sent what rank 3's recv waits for: the unmatched recv names rank 2, no culprit."""
     groups = {"0": ("default_pg", (0, 1, 2, 3, 4)), "1": ("tp", (0, 1, 4)), "2": ("x", (1, 2))}
-    world = entry(seq=1, state="completed", backend="nccl")
-    tp, x = (entry(pg=pg, desc=groups[pg][0], seq=1, state="started", backend="nccl") for pg in ("1", "2"))
-    result = run({0: nccl([world, tp], groups), 1: nccl([world], groups), 2: nccl([world, x], groups),
-                  3: nccl([world, p2p("recv", 3, 2, 1, state="started")], groups), 4: nccl([world, tp], groups)})
+    result = after_one_world_op(groups, {0: "1", 1: None, 2: "2", 3: p2p("recv", 3, 2, 1, state="started"), 4: "1"})
     assert (result.verdict, result.culprit_ranks) == ("desync", (1,))
     assert [(f.kind, f.group.desc, f.ranks, f.root_cause) for f in result.findings] == [
         ("missing_ranks", "tp", (1,), True), ("p2p_unmatched", "default_pg", (2,), False), ("missing_ranks", "x", (1,), False)]
@@ -150,10 +143,7 @@ def test_an_odd_one_out_with_no_line_of_its_own_is_said_where_its_stack_parts_an
 
 def test_a_second_op_stuck_below_pytorch_is_counted_in_the_headline():
     groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("x", (0, 1)), "2": ("y", (2, 3))}
-    world = entry(seq=1, state="completed", backend="nccl")
-    x, y = (entry(pg=pg, desc=groups[pg][0], seq=1, state="started", backend="nccl") for pg in ("1", "2"))
-    result = run({0: nccl([world, x], groups), 1: nccl([world, x], groups), 2: nccl([world, y], groups),
-                  3: nccl([world, y], groups)})
+    result = after_one_world_op(groups, {0: "1", 1: "1", 2: "2", 3: "2"})
     assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1, 2, 3))
     assert result.headline == ("STUCK: ranks 0-1 never completed all_reduce #1 of x, which every member issued: stuck below "
                                "PyTorch (NCCL, network or a GPU) (and 1 more stuck op, see the findings)")
