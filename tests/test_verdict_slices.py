@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from test_matcher import after_one_world_op, p2p
+from conftest import ops
+from test_matcher import WORLD4, after_one_world_op, nccl, p2p, run
 
 from frtrace.analysis.verdict import _causes, _odd_ones_said, _stacks_apart, _with_ran_ahead, _without_unseen
 from frtrace.reading.stacks import Thread
@@ -49,6 +50,8 @@ def test_a_culprit_in_an_op_every_member_holds_and_none_went_past_stays_named_wh
     kept, said = _without_unseen([(0, None)], graph, {}, frozenset({2}), short=frozenset({TP.key}))
     assert kept == [] and said == ["whether rank 0, in all_reduce #5 in tp, waits there for a member no dump shows (tp has "
                                    "4 of the members its siblings or shapes say) cannot be told"]
+    # ... and so where every dump says where its rank was at the end
+    assert _without_unseen([(0, None)], graph, {}, frozenset(), short=frozenset({TP.key})) == ([], said)
 
 
 def _finding(kind: str, seq: int, ranks: tuple[int, ...]) -> Finding:
@@ -83,6 +86,14 @@ def test_a_culprit_whose_stack_its_peers_share_is_shown_beside_theirs():
     assert (apart[0].agreeing, apart[0].peers, apart[0].frames == apart[0].peers_frames) == (2, 3, True)
     # a rank that is neither a culprit nor an odd one out is not shown
     assert not {seen.rank for seen in _stacks_apart([], [group], mains)} - {3}
+
+
+def test_a_culprit_is_shown_beside_the_peers_of_its_smallest_group_where_any_peer_has_a_stack():
+    # rank 1, rank 0's one peer in the pair, left no stack; rank 0's dp peers did
+    pair = SimpleNamespace(key=("pair",), name="pair", label="pair", ranks=(0, 1))
+    mains = {0: _main("step", "main"), 2: _main("step", "main"), 3: _main("step", "main")}
+    (seen,) = _stacks_apart([0], [pair, _group_of(4)], mains)
+    assert (seen.rank, seen.group.name, seen.agreeing, seen.peers, seen.odd) == (0, "dp", 2, 3, False)
 
 
 def test_only_the_ranks_that_wait_for_ranks_stuck_below_pytorch_are_said_to():
@@ -141,9 +152,25 @@ def test_an_odd_one_out_with_no_line_of_its_own_is_said_where_its_stack_parts_an
                                             "distributed_c10d.py in barrier against train.py:5 in main")}, 0)
 
 
+def test_an_odd_one_out_whose_peers_have_no_frame_of_their_own_is_said_so():
+    library = (("/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 0, "barrier"),)
+    seen = StackApart(5, _group_of(4), (("train.py", 5, "main"), ("train.py", 9, "load")), library, 3, 3, 0, True)
+    assert _odd_ones_said((seen,), {5: "at train.py:9 in load"}) == ({5: (
+        "rank 5 is at train.py:9 in load", "3 of its 3 dp peers are in no frame of their own; their stacks part at "
+                                           "train.py:5 in main against distributed_c10d.py in barrier")}, 0)
+
+
 def test_a_second_op_stuck_below_pytorch_is_counted_in_the_headline():
     groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("x", (0, 1)), "2": ("y", (2, 3))}
     result = after_one_world_op(groups, {0: "1", 1: "1", 2: "2", 3: "2"})
     assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1, 2, 3))
     assert result.headline == ("STUCK: ranks 0-1 never completed all_reduce #1 of x, which every member issued: stuck below "
                                "PyTorch (NCCL, network or a GPU) (and 1 more stuck op, see the findings)")
+
+
+def test_two_dumps_older_than_the_end_are_said_in_the_plural():
+    # ranks 0-1 completed all_reduce #3, which waits for every member: ranks 2-3 joined it, their dumps are older
+    dumps = {r: nccl(ops(3 if r < 2 else 2, backend="nccl", state="completed"), WORLD4) for r in range(4)}
+    result = run(dumps)
+    assert (result.verdict, result.culprit_ranks) == ("clean", ())
+    assert result.headline.endswith("no desync; the dumps were taken at different moments (ranks 2-3's are older, see the notes)")
