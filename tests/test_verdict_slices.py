@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from conftest import ops
+import pytest
+from conftest import entry, ops
+from test_moments import _op, _run, _steps, make_dump
 from test_matcher import WORLD4, after_one_world_op, nccl, p2p, run
 
 from frtrace.analysis.verdict import _causes, _odd_ones_said, _stacks_apart, _with_ran_ahead, _without_unseen
@@ -174,3 +176,45 @@ def test_two_dumps_older_than_the_end_are_said_in_the_plural():
     result = run(dumps)
     assert (result.verdict, result.culprit_ranks) == ("clean", ())
     assert result.headline.endswith("no desync; the dumps were taken at different moments (ranks 2-3's are older, see the notes)")
+
+
+@pytest.mark.parametrize("groups", [4, 5])
+def test_the_headline_names_three_further_culprits_and_counts_the_rest(groups):
+    """Groups of 3 (g1, g2, ...), each with one rank that never joined its op: the first line says
+    the first culprit and three further ones, then how many more."""
+    ranks = range(3 * groups)
+    by_group = {"0": ("default_pg", tuple(ranks))} | {str(g + 1): (f"g{g + 1}", (3 * g, 3 * g + 1, 3 * g + 2)) for g in range(groups)}
+    result = after_one_world_op(by_group, {r: (str(r // 3 + 1) if r % 3 else None) for r in ranks})
+    assert result.culprit_ranks == tuple(range(0, 3 * groups, 3))
+    further = "; ".join(f"rank {3 * g} never joined all_reduce #1 of g{g + 1}" for g in (1, 2, 3))
+    more = "; and 1 more, see the findings" if groups == 5 else ""
+    assert result.headline == ("DESYNC: rank 0 never joined all_reduce #1 of g1 (2 ranks wait in it); rank 0 is in no "
+                               f"collective (all its ops completed); {further}{more} ({groups} independent desyncs)")
+
+
+def test_late_arrivals_in_two_groups_are_counted_in_the_headline():
+    head = _steps(2, gap_s=0.01)
+
+    def ops_of(rank):  # rank 2 issued default_pg's last op and other's second 7 s after its peers
+        late = 7.0 if rank == 2 else 0.0
+        return head + [_op(1, 0.5, pg="1", desc="other"), _op(len(head) + 1, 1.0 + late),
+                       _op(2, 1.1 + late, pg="1", desc="other")]
+
+    result = _run({r: make_dump(ops_of(r)) for r in range(4)})
+    assert [(f.kind, f.group.label, f.ranks) for f in result.findings] == [
+        ("late_arrival", "default_pg", (2,)), ("late_arrival", "other", (2,))]
+    assert result.headline.endswith("the others had given up on it by then (+1 more group(s) with a late arrival)")
+
+
+def test_an_op_one_rank_never_completed_beside_a_member_that_recorded_nothing_is_undecided_in_the_singular():
+    """x holds ranks 1 and 3: rank 1 started x's op, rank 3's recorder was off."""
+    groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("x", (1, 3))}
+    world = entry(seq=1, state="completed", backend="nccl")
+    dumps = {0: nccl([world], groups), 1: nccl([world, entry(pg="1", desc="x", seq=1, state="started", backend="nccl")], groups),
+             2: nccl([world], groups), 3: {"version": "2.10", "entries": [], "pg_config": {}, "pg_status": {}}}
+    result = run(dumps)
+    assert (result.verdict, result.culprit_ranks) == ("inconclusive", ())
+    assert result.headline == ("INCONCLUSIVE: all_reduce #1 of x never completed on rank 1, but rank 3 recorded nothing "
+                               "(recorder off): whether it waits for them cannot be told")
+    # the op is still where the report shows the hang starts
+    assert [(f.kind, f.ranks, f.root_cause) for f in result.findings] == [("not_completed", (1,), True)]
