@@ -207,7 +207,7 @@ def test_late_arrivals_in_two_groups_are_counted_in_the_headline():
 
 
 def test_an_op_one_rank_never_completed_beside_a_member_that_recorded_nothing_is_undecided_in_the_singular():
-    """x holds ranks 1 and 3: rank 1 started x's op, rank 3's recorder was off."""
+    """x holds ranks 1 and 3: rank 1 started x's op, rank 3's recorder was off (SYNTHETIC NCCL)."""
     groups = {"0": ("default_pg", (0, 1, 2, 3)), "1": ("x", (1, 3))}
     world = entry(seq=1, state="completed", backend="nccl")
     dumps = {0: nccl([world], groups), 1: nccl([world, entry(pg="1", desc="x", seq=1, state="started", backend="nccl")], groups),
@@ -216,5 +216,7 @@ def test_an_op_one_rank_never_completed_beside_a_member_that_recorded_nothing_is
     assert (result.verdict, result.culprit_ranks) == ("inconclusive", ())
     assert result.headline == ("INCONCLUSIVE: all_reduce #1 of x never completed on rank 1, but rank 3 recorded nothing "
                                "(recorder off): whether it waits for them cannot be told")
-    # the op is still where the report shows the hang starts
-    assert [(f.kind, f.ranks, f.root_cause) for f in result.findings] == [("not_completed", (1,), True)]
+    # the op is still where the report shows the hang starts; rank 3 is not said to have issued it
+    assert [(f.kind, f.ranks, f.root_cause, f.detail) for f in result.findings] == [(
+        "not_completed", (1,), True, "issued by 1 of 2 members (rank 3's dump does not show it), not completed on rank 1 "
+                                     "(state started)")]

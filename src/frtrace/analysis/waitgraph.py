@@ -634,8 +634,12 @@ class WaitGraph(OwnHistory, ProgramOrder):
                     f"issued by all {view.size} members; {ranks_word(behind)} {NEVER_STARTED} where "
                     f"{ranks_word(ahead)} did: {by_number(behind, 'its', 'their')} GPU never reached it"))
                 continue
+            # a member that recorded nothing, or whose dump ends before the op, is not said to have issued it
+            unshown = sorted(set(view.group.ranks) - set(units))
+            issued = (f"issued by {len(units)} of {view.size} members ({ranks_word(unshown)}'s "
+                      f"{by_number(unshown, 'dump does', 'dumps do')} not show it)" if unshown
+                      else f"issued by all {view.size} members")
             findings.append(Finding(
                 "not_completed", view.group, blocker.seq, None, blocker.entry.op, not_done, view.group.ranks,
-                f"issued by all {view.size} members, not completed on {ranks_word(not_done)} "
-                f"(state {', '.join(sorted(set(states.values())))})"))
+                f"{issued}, not completed on {ranks_word(not_done)} (state {', '.join(sorted(set(states.values())))})"))
         return findings
