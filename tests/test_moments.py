@@ -261,6 +261,9 @@ def test_stacks_in_a_distributed_call_the_dumps_do_not_show_are_no_clean_set(sta
     main(["-d", str(folder), "--json", str(tmp_path / "r.json")])
     report = json.loads((tmp_path / "r.json").read_text())
     assert (report["verdict"], report["culprit_ranks"]) == (verdict, culprits), report["headline"]
+    if verdict == "inconclusive":  # the headline says why, in the words of the finding
+        assert report["headline"].startswith("INCONCLUSIVE: the dumps show nobody waiting, but ranks 0-")
+        assert report["headline"].endswith(report["findings"][0]["detail"])
     if verdict != "clean":
         (root,) = [f for f in report["findings"] if f["root_cause"]]
         assert (root["kind"], root["op"], root["pg_desc"]) == ("unrecorded_op", "monitored_barrier", "default_pg")

@@ -14,7 +14,7 @@ from conftest import entry, ops
 from test_moments import _op, _run, _steps, make_dump
 from test_matcher import WORLD4, after_one_world_op, nccl, p2p, run
 
-from frtrace.analysis.verdict import _causes, _odd_ones_said, _stacks_apart, _with_ran_ahead, _without_unseen
+from frtrace.analysis.verdict import _causes, _odd_ones_said, _stacks_apart, _with_ran_ahead, _with_stacks, _without_unseen
 from frtrace.reading.stacks import Thread
 from frtrace.types import Finding, HealthCheck, StackApart
 
@@ -220,3 +220,16 @@ def test_an_op_one_rank_never_completed_beside_a_member_that_recorded_nothing_is
     assert [(f.kind, f.ranks, f.root_cause, f.detail) for f in result.findings] == [(
         "not_completed", (1,), True, "issued by 1 of 2 members (rank 3's dump does not show it), not completed on rank 1 "
                                      "(state started)")]
+
+
+def test_each_culprit_with_a_stack_has_it_said_beside_its_cause_and_a_program_line_decides_nothing():
+    # rank 0 left no stack; ranks 1 and 2 are in their program's own line
+    causes = {0: ("compute_or_data_stall", "computing"), 1: ("unknown", "in no op"), 2: ("unknown", "in no op")}
+    mains = {1: _main("step", "main"), 2: _main("step", "main")}
+    places = {1: "at train.py:10 in step", 2: "at train.py:10 in step"}
+    changed = _with_stacks(causes, {2}, mains, places)
+    assert sorted(changed) == [1, 2]
+    # an unknown cause is open only where the dumps left the rank undecided (2): there the line cannot tell
+    assert changed[1] == ("unknown", "in no op; its Python stack: at train.py:10 in step", None)
+    assert changed[2] == ("unknown", "in no op; its Python stack, at train.py:10 in step, cannot tell: a wait on a request "
+                                     "(work.wait()) shows as the line that called it, as compute does", None)
