@@ -233,3 +233,29 @@ def test_each_culprit_with_a_stack_has_it_said_beside_its_cause_and_a_program_li
     assert changed[1] == ("unknown", "in no op; its Python stack: at train.py:10 in step", None)
     assert changed[2] == ("unknown", "in no op; its Python stack, at train.py:10 in step, cannot tell: a wait on a request "
                                      "(work.wait()) shows as the line that called it, as compute does", None)
+
+
+def test_an_op_ranks_ran_ahead_in_that_no_idle_rank_issued_any_of_is_said_so_and_other_findings_there_stay():
+    key = ("coll", TP.key, 7)
+    graph = SimpleNamespace(ran_ahead={key: (0, 1)}, waits_on={key: (2, 3)}, views={TP.key: SimpleNamespace(known_last={})})
+    mismatch = _finding("size_mismatch", 7, (1,))
+    extra, kept = _with_ran_ahead([_finding("missing_ranks", 7, (2, 3)), mismatch], graph)
+    assert extra.detail == "ranks 0-1 issued it alone; ranks 2-3 never did and wait for nobody (they issued no op of tp)"
+    assert kept is mismatch  # only a missing-ranks finding is read as the op some ran ahead in
+
+
+def test_a_rank_with_a_dump_that_frtrace_live_did_not_ask_is_not_said_to_lack_an_address():
+    graph = SimpleNamespace(unasked={0, 1}, unanswered=set(), done_partner=lambda blocker: None, blockers={}, op_of={},
+                            p2p_unrecorded=False)
+    causes = _causes([0, 1], {}, set(), {1: SimpleNamespace(health=())}, graph)
+    assert causes[0] == ("unknown", "left no debug-server address for frtrace live to ask: it never started the debug "
+                                    "server; whether its process is alive cannot be told")
+    assert causes[1] == ("compute_or_data_stall", "in no collective: computing or loading data")
+
+
+def test_an_odd_one_out_whose_peers_stack_is_a_start_of_its_own_is_said_with_no_place_of_parting():
+    peers = (("train.py", 5, "main"), ("train.py", 9, "step"))
+    mine = peers + (("train.py", 20, "save"), ("checkpoint.py", 7, "write"))
+    seen = StackApart(5, _group_of(4), mine, peers, 3, 3, 2, True)
+    assert _odd_ones_said((seen,), {5: "at checkpoint.py:7 in write"}) == ({5: (
+        "rank 5 is at checkpoint.py:7 in write", "3 of its 3 dp peers are at train.py:9 in step")}, 0)
