@@ -27,10 +27,12 @@ def _blocked(seq: int, peer: int | None = None) -> SimpleNamespace:
                            describe=lambda: f"all_reduce #{seq} in tp")
 
 
-def _graph(blockers: dict, known_last: dict) -> SimpleNamespace:
-    """The wait-for graph as _without_unseen reads it: each culprit's op, and TP's view (every
-    member's dump says where it was at the end and holds the op; each member's last seq id)."""
-    view = SimpleNamespace(unseen=frozenset(), known_last=known_last, unit=lambda seq, rank: object())
+def _graph(blockers: dict, known_last: dict, unseen: frozenset[int] = frozenset()) -> SimpleNamespace:
+    """The wait-for graph as _without_unseen reads it: each culprit's op, and TP's view (the members
+    whose dumps do not say where they were at the end, `unseen`; every member's dump holds the op;
+    each member's last seq id)."""
+    units = {rank: object() for rank in TP.ranks}
+    view = SimpleNamespace(unseen=unseen, known_last=known_last, unit=lambda seq, rank: units.get(rank))
     return SimpleNamespace(joined_by_all=blockers, views={TP.key: view})
 
 
@@ -259,3 +261,22 @@ def test_an_odd_one_out_whose_peers_stack_is_a_start_of_its_own_is_said_with_no_
     seen = StackApart(5, _group_of(4), mine, peers, 3, 3, 2, True)
     assert _odd_ones_said((seen,), {5: "at checkpoint.py:7 in write"}) == ({5: (
         "rank 5 is at checkpoint.py:7 in write", "3 of its 3 dp peers are at train.py:9 in step")}, 0)
+
+
+def test_a_culprit_in_an_op_a_member_whose_dump_is_older_holds_stays_named():
+    # rank 3's dump is older than the end, but it holds rank 0's op, and nobody went past it
+    graph = _graph({0: _blocked(5)}, {0: 5, 1: 5, 2: 5, 3: 5}, unseen=frozenset({3}))
+    assert _without_unseen([(0, None)], graph, {3: "older"}, frozenset()) == ([(0, None)], [])
+
+
+def test_a_rank_of_three_whose_two_peers_share_another_stack_is_the_odd_one_out():
+    mains = {0: _main("load", "main"), 1: _main("step", "main"), 2: _main("step", "main")}
+    (seen,) = _stacks_apart([], [_group_of(3)], mains)
+    assert (seen.rank, seen.odd, seen.agreeing, seen.peers) == (0, True, 2, 2)
+
+
+def test_one_idle_rank_that_issued_no_op_of_the_group_is_said_in_the_singular():
+    key = ("coll", TP.key, 7)
+    graph = SimpleNamespace(ran_ahead={key: (0, 1, 3)}, waits_on={key: (2,)}, views={TP.key: SimpleNamespace(known_last={})})
+    (extra,) = _with_ran_ahead([_finding("missing_ranks", 7, (2,))], graph)
+    assert extra.detail == "ranks 0-1,3 issued it alone; rank 2 never did and waits for nobody (it issued no op of tp)"
