@@ -1,9 +1,11 @@
 """The verdict's small rules that the mutation run's slices of verdict.py found untested (issue 52,
 tests/mutation.py --part verdict --slice K/5): a culprit held up by ranks whose dumps say nothing
 of the end, findings of ranks that ran ahead among others, a culprit's stack beside its peers' and
-the odd ones out in words, each culprit's cause in words, and who is said to wait for ranks stuck
-below PyTorch. Each rule is asked directly, on stand-ins of the wait-for graph that hold only what
-the rule reads, or analysed whole on SYNTHETIC NCCL dumps (conftest's entries)."""
+the odd ones out in words, each culprit's cause in words (with its stack where it has one), who is
+said to wait for ranks stuck below PyTorch, and what the first line counts: further culprits, late
+arrivals, older dumps, a stuck op undecided. Each rule is asked directly, on stand-ins of the
+wait-for graph that hold only what the rule reads, or analysed whole on SYNTHETIC NCCL dumps
+(conftest's entries)."""
 
 from __future__ import annotations
 
