@@ -12,9 +12,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from conftest import entry, ops
-from test_moments import _op, _run, _steps, make_dump
-from test_matcher import WORLD4, after_one_world_op, nccl, p2p, run
+from conftest import entry, make_dump
+from test_moments import _op, _run, _steps
+from test_matcher import after_one_world_op, nccl, p2p, run
 
 from frtrace.analysis.verdict import _causes, _odd_ones_said, _stacks_apart, _with_ran_ahead, _with_stacks, _without_unseen
 from frtrace.reading.stacks import Thread
@@ -172,14 +172,6 @@ def test_a_second_op_stuck_below_pytorch_is_counted_in_the_headline():
     assert (result.verdict, result.culprit_ranks) == ("stuck", (0, 1, 2, 3))
     assert result.headline == ("STUCK: ranks 0-1 never completed all_reduce #1 of x, which every member issued: stuck below "
                                "PyTorch (NCCL, network or a GPU) (and 1 more stuck op, see the findings)")
-
-
-def test_two_dumps_older_than_the_end_are_said_in_the_plural():
-    # ranks 0-1 completed all_reduce #3, which waits for every member: ranks 2-3 joined it, their dumps are older
-    dumps = {r: nccl(ops(3 if r < 2 else 2, backend="nccl", state="completed"), WORLD4) for r in range(4)}
-    result = run(dumps)
-    assert (result.verdict, result.culprit_ranks) == ("clean", ())
-    assert result.headline.endswith("no desync; the dumps were taken at different moments (ranks 2-3's are older, see the notes)")
 
 
 @pytest.mark.parametrize("groups", [4, 5])
