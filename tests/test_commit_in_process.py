@@ -8,12 +8,12 @@ Real fixtures (fixtures/skip_rank2: rank 2 skipped an all_reduce, DESYNC, exit 1
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -27,22 +27,15 @@ HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 class Pipe:
-    """An os.pipe whose read end a thread drains (or that is closed at once: a reader gone)."""
+    """An os.pipe of 1 MiB, read once its write end is closed (no thread: frtrace forks its
+    readers), or whose read end is closed at once (a reader gone)."""
 
     def __init__(self, read: bool = True) -> None:
         self.read_fd, self.write_fd = os.pipe()
-        self.received = bytearray()
-        self.thread = None
-        if read:
-            self.thread = threading.Thread(target=self._drain, daemon=True)
-            self.thread.start()
-        else:
+        fcntl.fcntl(self.write_fd, fcntl.F_SETPIPE_SZ, 1 << 20)  # room for every output of a small fixture
+        if not read:
             os.close(self.read_fd)
-
-    def _drain(self) -> None:
-        while chunk := os.read(self.read_fd, 1 << 16):
-            self.received += chunk
-        os.close(self.read_fd)
+            self.read_fd = None
 
     def stream(self) -> io.TextIOWrapper:
         """A text stream on the write end, as sys.stdout is on descriptor 1."""
@@ -55,10 +48,14 @@ class Pipe:
         return link
 
     def close(self) -> bytes:
+        """What was written into the pipe."""
         os.close(self.write_fd)
-        if self.thread is not None:
-            self.thread.join(10)
-        return bytes(self.received)
+        received = bytearray()
+        if self.read_fd is not None:
+            while chunk := os.read(self.read_fd, 1 << 16):
+                received += chunk
+            os.close(self.read_fd)
+        return bytes(received)
 
 
 def on_stdout(monkeypatch, pipe: Pipe) -> Pipe:
