@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,27 @@ def test_an_output_under_the_dump_url_with_a_name_no_dump_has_is_written(store, 
     assert main(["-d", dumps, "--json", f"{DUMPS}/report.json", "--jobs", "1"]) == 1, capsys.readouterr().err
     assert json.loads(_object(store, "jobs/skip_goes_on/report.json"))["culprit_ranks"] == [1]
     store.client.delete_object(Bucket="safety", Key="jobs/skip_goes_on/report.json")
+
+
+def test_an_output_to_the_store_is_staged_in_the_systems_temporary_folder_not_the_working_one(store, tmp_path, monkeypatch):
+    """The working directory may be the dump folder: a store output's unnamed file is made where
+    a stream's is, in the system's temporary folder."""
+    from frtrace.cli import main
+    from frtrace.outputs import commit
+
+    staged = []
+    real_stage = commit.Outputs.stage
+
+    def stage(self, flag, write):
+        real_stage(self, flag, write)
+        staged.append(os.readlink(f"/proc/self/fd/{self.staged[-1][1]}"))
+
+    monkeypatch.setattr(commit.Outputs, "stage", stage)
+    monkeypatch.chdir(tmp_path)
+    assert main(["-d", str(FIXTURES / "skip_goes_on"), "--json", "s3://safety/staged/r.json", "--jobs", "1"]) == 1
+    (where,) = staged
+    assert os.path.dirname(where) == tempfile.gettempdir() and where.endswith(" (deleted)"), where
+    assert json.loads(_object(store, "staged/r.json"))["culprit_ranks"] == [1]
 
 
 def test_an_upload_that_fails_midway_says_what_the_store_answered_and_leaves_no_object(store, monkeypatch, capsys):
