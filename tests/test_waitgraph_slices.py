@@ -1,0 +1,115 @@
+"""The wait graph's rules that the mutation run's slices of analysis/waitgraph.py (session 38,
+`tests/mutation.py --module analysis/waitgraph.py --slice K/5`) showed no test deciding, each asked
+on a graph given by hand (test_waitgraph_rules.graph: a WaitGraph holding only the state the rule
+reads, the rules it calls stood in by what they would answer):
+
+- a deadlock's majority op, where the ranks it blames are blocked in an op the majority issued
+  before it (behind, not astray): undecided, more than one rank left the program;
+- a deadlock decided by the strong rules only, where none decides: said so;
+- a cycle holding a send or recv: the other ranks' program order is not asked (it orders
+  collectives only);
+- a rank in no cycle, blocked in one op and awaited in another: the other ranks' order votes
+  blame it only where more of them say the awaited op comes first than say otherwise."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from test_waitgraph_rules import graph
+
+X, Y = ("coll", "tp", 1), ("coll", "world", 2)
+SEND = ("p2p", "world", 3, 0, 1, 3)
+
+
+def _op(label: str) -> SimpleNamespace:
+    return SimpleNamespace(describe=lambda: label)
+
+
+def _cycle(votes: list[int], ops=(X, Y), **rules):
+    """Ranks 0, 1 and 2 wait in Y (world #2) for rank 3, which waits in X (tp #1) for rank 0: a
+    cycle of ranks 0 and 3 whose strong rules decide nothing (unless `rules` say otherwise), and
+    whose ranks' order votes on X before Y are `votes`."""
+    asked: list[tuple] = []
+    made = graph(
+        waits_on={X: (0,), Y: (3,), SEND: (0,)},
+        waiters={X: [3], Y: [0, 1, 2], SEND: [3]},
+        op_of={0: Y, 1: Y, 2: Y, 3: ops[0]},
+        blocker_of_op={X: _op("all_reduce #1 of tp"), Y: _op("all_reduce #2 of world"), SEND: _op("send (p2p #1) of world")},
+        views={"tp": SimpleNamespace(group="tp"), "world": SimpleNamespace(group="world")},
+    )
+    made._deviators_by_history = lambda ranks: ({}, [])
+    made._deviators_by_order = lambda ranks, not_voting: asked.append(("order", ranks)) or ({}, set())
+    made._left_by_history = lambda ranks: None
+    made._comparable = lambda group: True
+    made._program_op = lambda key: key
+    made._votes = lambda a, b, voters, issued_both=False: asked.append(("votes", a, b, tuple(voters))) or votes
+    for name, rule in rules.items():
+        setattr(made, name, rule)
+    members = {("rank", 0), ("rank", 3), ("op", ops[0]), ("op", Y)}
+    return made, members, asked
+
+
+def test_ranks_blamed_by_a_deadlocks_majority_that_are_behind_it_leave_it_undecided():
+    """Rank 3, whom the majority (ranks 0-2, in Y) waits for, is blocked in X, which those ranks
+    issued before Y: rank 3 is behind them, not astray, so someone else left the program too."""
+    cycle, members, asked = _cycle(votes=[1])
+    evidence, undecided = [], []
+    assert cycle._decide_cycle([X, Y], {0, 3}, members, evidence, undecided, False, frozenset()) == []
+    assert ("votes", X, Y, (0, 1, 2)) in asked
+    assert undecided == ["rank 3 waits in all_reduce #1 of tp for rank 0; ranks 0-2 wait in all_reduce #2 of world for "
+                         "rank 3: most wait in all_reduce #2 of world, but rank 3, missing from it, is blocked in an op "
+                         "that those ranks issued before it: more than one rank left the program"]
+    assert evidence == []
+
+
+def test_ranks_blamed_by_a_deadlocks_majority_that_are_not_behind_it_are_its_culprits():
+    cycle, members, _ = _cycle(votes=[-1])
+    evidence, undecided = [], []
+    assert cycle._decide_cycle([X, Y], {0, 3}, members, evidence, undecided, False, frozenset()) == [(3, Y)]
+    assert evidence == ["majority: ranks 0-2 wait in all_reduce #2 of world, more than in any other op of the cycle"]
+    assert undecided == []
+
+
+def test_a_deadlock_the_strong_rules_cannot_decide_is_said_undecided_in_words():
+    cycle, members, _ = _cycle(votes=[-1])
+    undecided = []
+    assert cycle._decide_cycle([X, Y], {0, 3}, members, [], undecided, True, frozenset()) == []
+    assert undecided == ["rank 3 waits in all_reduce #1 of tp for rank 0; ranks 0-2 wait in all_reduce #2 of world for "
+                         "rank 3: a deadlock of its own, and neither their own histories nor any other rank shows which "
+                         "order is right"]
+
+
+def test_a_cycle_holding_a_send_is_not_ordered_by_the_other_ranks_program_order():
+    """Rank 3 waits in a send to rank 0: the ranks outside the cycle order collectives only, so
+    their order is not asked (were it asked, it would name rank 0); nor is the majority."""
+    cycle, members, asked = _cycle(votes=[-1], ops=(SEND, Y),
+                                   _deviators_by_order=lambda ranks, not_voting: ({0: Y}, set()))
+    undecided = []
+    assert cycle._decide_cycle([SEND, Y], {0, 3}, members, [], undecided, False, frozenset()) == []
+    assert undecided == ["rank 3 waits in send (p2p #1) of world for rank 0; ranks 0-2 wait in all_reduce #2 of world "
+                         "for rank 3: they issued ops in different orders and neither their own histories nor any other "
+                         "rank shows which order is right"]
+    assert not [a for a in asked if a[0] == "votes"]
+
+
+def _astray(votes: list[int]):
+    """Rank 5, blocked in Y, is awaited in X; every rank that issued both votes `votes` on X
+    coming before Y, rank 5 itself nothing."""
+    dumps = {0: None, 1: None, 2: None, 5: None}
+    made = graph(op_of={5: Y}, weak=set(), _everyones_votes={}, dumps=dumps,
+                 waits_on={X: (5,)}, blocker_of_op={X: _op("all_reduce #1 of tp")},
+                 blockers={5: _op("all_reduce #2 of world")})
+    made._deviators_by_history = lambda ranks: ({}, [])
+    made._votes = lambda a, b, voters, issued_both=False: votes if voters is dumps else []
+    made._keeps_step = lambda rank, keys: True
+    return made
+
+
+def test_a_rank_awaited_in_an_op_is_astray_only_where_most_votes_put_that_op_first():
+    evidence = []
+    assert _astray([1, 1, -1])._astray(5, evidence) == [(5, X)]
+    assert evidence == ["program order: the other ranks issued all_reduce #1 of tp before all_reduce #2 of world, which "
+                        "rank 5 is blocked in"]
+    evidence = []
+    assert _astray([1, -1, -1])._astray(5, evidence) == []  # a vote for X first, outvoted
+    assert evidence == []
