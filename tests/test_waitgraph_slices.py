@@ -9,7 +9,9 @@ reads, the rules it calls stood in by what they would answer):
 - a cycle holding a send or recv: the other ranks' program order is not asked (it orders
   collectives only);
 - a rank in no cycle, blocked in one op and awaited in another: the other ranks' order votes
-  blame it only where more of them say the awaited op comes first than say otherwise."""
+  blame it only where more of them say the awaited op comes first than say otherwise;
+- ranks waiting in a send for a rank that waits for nobody, and ranks waiting for ranks held
+  below PyTorch: said in the plural."""
 
 from __future__ import annotations
 
@@ -113,3 +115,23 @@ def test_a_rank_awaited_in_an_op_is_astray_only_where_most_votes_put_that_op_fir
     evidence = []
     assert _astray([1, -1, -1])._astray(5, evidence) == []  # a vote for X first, outvoted
     assert evidence == []
+
+
+def test_ranks_waiting_in_a_send_for_an_idle_rank_are_said_in_the_plural():
+    idle = graph(waits_on={SEND: (3,)}, waiters={SEND: [0, 1]}, dumps={0: None, 1: None, 3: None},
+                 blocker_of_op={SEND: _op("send (p2p #1) of world")})
+    evidence = []
+    assert idle._idle_culprits(SEND, [3], evidence, []) == [(3, SEND)]
+    assert evidence == ["wait-for graph: ranks 0-1 wait in send (p2p #1) of world for rank 3, who waits for nobody"]
+
+
+def test_ranks_waiting_for_ranks_held_below_pytorch_are_said_in_the_plural():
+    """Ranks 2 and 3 never issued X because they are held in an op every member issued: no sign
+    that ranks 0 and 1, who did, ran ahead."""
+    held = graph(waits_on={X: (2, 3)}, waiters={X: [0, 1]}, dumps=dict.fromkeys(range(4)),
+                 blocker_of_op={X: _op("all_reduce #1 of tp")}, views={"tp": SimpleNamespace(issuers=lambda seq: {0, 1})})
+    held._held = lambda rank: _op("barrier #7 of world")
+    evidence = []
+    assert held._idle_culprits(X, [2, 3], evidence, []) == [(2, X), (3, X)]
+    assert evidence == ["wait-for graph: ranks 0-1 wait in all_reduce #1 of tp for ranks 2-3, who are held in barrier #7 "
+                        "of world, which every member issued"]
