@@ -11,11 +11,13 @@ reads, the rules it calls stood in by what they would answer):
 - a rank in no cycle, blocked in one op and awaited in another: the other ranks' order votes
   blame it only where more of them say the awaited op comes first than say otherwise;
 - ranks waiting in a send for a rank that waits for nobody, and ranks waiting for ranks held
-  below PyTorch: said in the plural."""
+  below PyTorch: said in their number."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+
+import pytest
 
 from test_waitgraph_rules import graph
 
@@ -125,13 +127,14 @@ def test_ranks_waiting_in_a_send_for_an_idle_rank_are_said_in_the_plural():
     assert evidence == ["wait-for graph: ranks 0-1 wait in send (p2p #1) of world for rank 3, who waits for nobody"]
 
 
-def test_ranks_waiting_for_ranks_held_below_pytorch_are_said_in_the_plural():
+@pytest.mark.parametrize("waiters, said", [([0, 1], "ranks 0-1 wait"), ([0], "rank 0 waits")])
+def test_ranks_waiting_for_ranks_held_below_pytorch_are_said_in_their_number(waiters, said):
     """Ranks 2 and 3 never issued X because they are held in an op every member issued: no sign
-    that ranks 0 and 1, who did, ran ahead."""
-    held = graph(waits_on={X: (2, 3)}, waiters={X: [0, 1]}, dumps=dict.fromkeys(range(4)),
-                 blocker_of_op={X: _op("all_reduce #1 of tp")}, views={"tp": SimpleNamespace(issuers=lambda seq: {0, 1})})
+    that the ranks that did ran ahead."""
+    held = graph(waits_on={X: (2, 3)}, waiters={X: waiters}, dumps=dict.fromkeys(range(4)),
+                 blocker_of_op={X: _op("all_reduce #1 of tp")}, views={"tp": SimpleNamespace(issuers=lambda seq: set(waiters))})
     held._held = lambda rank: _op("barrier #7 of world")
     evidence = []
     assert held._idle_culprits(X, [2, 3], evidence, []) == [(2, X), (3, X)]
-    assert evidence == ["wait-for graph: ranks 0-1 wait in all_reduce #1 of tp for ranks 2-3, who are held in barrier #7 "
+    assert evidence == [f"wait-for graph: {said} in all_reduce #1 of tp for ranks 2-3, who are held in barrier #7 "
                         "of world, which every member issued"]
