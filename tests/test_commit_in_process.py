@@ -1,7 +1,8 @@
 """Outputs on standard output and signals held while committing (outputs/commit.py), asked in the
 test's own process: the tests of test_hostile.py that check them start frtrace as a process (a
 real terminal, pipe or signal), where the mutation run sees no mutant, so these are their
-in-process twins. Standard output is a real pipe here (os.pipe, sys.stdout written into it), and
+in-process twins (and a stop signalled while committing lands after it, the message saying every
+output was written). Standard output is a real pipe here (os.pipe, sys.stdout written into it), and
 a path naming it is a link to its /proc/self/fd entry, as /dev/stdout is to /proc/self/fd/1.
 
 Real fixtures (fixtures/skip_rank2: rank 2 skipped an all_reduce, DESYNC, exit 1)."""
@@ -211,3 +212,26 @@ def test_signals_are_held_while_staged_files_are_closed_unwritten(tmp_path, monk
     assert seen and all(HELD <= mask for mask in seen)
     assert outputs.staged == [] and _mask() == before
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signalled_while_committing_lands_after_every_output_is_written(tmp_path, monkeypatch, signum):
+    """The signal arrives as the first output is renamed over its target: held off, it lands once
+    the commit is over, and the message says every output was written."""
+    real_replace = os.replace
+    targets = []
+
+    def replace(source, target):
+        if not targets:
+            os.kill(os.getpid(), signum)
+        targets.append(target)
+        return real_replace(source, target)
+
+    monkeypatch.setattr(commit.os, "replace", replace)
+    err = kept_stderr(monkeypatch)
+    db, report = tmp_path / "db.pkl", tmp_path / "r.json"
+    assert main(["-d", str(SKIP), "-o", str(db), "--json", str(report)]) == 128 + signum
+    assert err.getvalue() == f"frtrace: interrupted by {signal.Signals(signum).name}; written: -o {db}, --json {report}\n"
+    assert targets == [str(db), str(report)]
+    assert json.loads(report.read_text())["culprit_ranks"] == [2] and db.stat().st_size > 1000
+    assert sorted(os.listdir(tmp_path)) == ["db.pkl", "r.json"]
