@@ -2,7 +2,8 @@
 test's own process: the tests of test_hostile.py that check them start frtrace as a process (a
 real terminal, pipe or signal), where the mutation run sees no mutant, so these are their
 in-process twins (and a stop signalled while committing lands after it, the message saying every
-output was written). Standard output is a real pipe here (os.pipe, sys.stdout written into it), and
+output was written; an output copied in beside its target where it cannot be linked in is private
+until settled and takes no existing file's name). Standard output is a real pipe here (os.pipe, sys.stdout written into it), and
 a path naming it is a link to its /proc/self/fd entry, as /dev/stdout is to /proc/self/fd/1.
 
 Real fixtures (fixtures/skip_rank2: rank 2 skipped an all_reduce, DESYNC, exit 1)."""
@@ -14,6 +15,7 @@ import io
 import json
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 
@@ -235,3 +237,32 @@ def test_a_stop_signalled_while_committing_lands_after_every_output_is_written(t
     assert targets == [str(db), str(report)]
     assert json.loads(report.read_text())["culprit_ranks"] == [2] and db.stat().st_size > 1000
     assert sorted(os.listdir(tmp_path)) == ["db.pkl", "r.json"]
+
+
+def test_an_output_copied_beside_its_target_is_private_until_settled_and_never_takes_a_files_name(tmp_path, monkeypatch):
+    """Where the staged file cannot be linked in (a file unlinked after opening, another mount's
+    /proc), its bytes are copied into a new file beside the target: made for its owner alone
+    until its mode is settled, and never opened over a file that already has the name chosen."""
+    import errno
+
+    def refused(source, target):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    names = iter([b"\x00\x00\x00\x01", b"\x00\x00\x00\x02"])
+    monkeypatch.setattr(commit.os, "link", refused)
+    monkeypatch.setattr(commit.os, "urandom", lambda count: next(names))
+    taken = tmp_path / ".db.pkl.00000001.tmp"
+    taken.write_bytes(b"another program's file")
+    modes = []
+    real_settle = commit._settle_mode
+
+    def settle(temp, plan, new_mode):
+        modes.append((os.path.basename(temp), stat.S_IMODE(os.stat(temp).st_mode)))
+        real_settle(temp, plan, new_mode)
+
+    monkeypatch.setattr(commit, "_settle_mode", settle)
+    assert main(["-d", str(SKIP), "-o", str(tmp_path / "db.pkl")]) == 1
+    assert modes == [(".db.pkl.00000002.tmp", 0o600)]
+    assert taken.read_bytes() == b"another program's file"
+    assert sorted(os.listdir(tmp_path)) == [".db.pkl.00000001.tmp", "db.pkl"]
+    assert stat.S_IMODE((tmp_path / "db.pkl").stat().st_mode) == 0o666 & ~commit._umask()
