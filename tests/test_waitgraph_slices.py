@@ -10,8 +10,8 @@ reads, the rules it calls stood in by what they would answer):
   collectives only);
 - a rank in no cycle, blocked in one op and awaited in another: the other ranks' order votes
   blame it only where more of them say the awaited op comes first than say otherwise;
-- ranks waiting in a send for a rank that waits for nobody, and ranks waiting for ranks held
-  below PyTorch: said in their number."""
+- ranks waiting in a send for a rank that waits for nobody, ranks waiting for ranks held below
+  PyTorch, and ranks whose buffers wrapped past an op most members issued: said in their number."""
 
 from __future__ import annotations
 
@@ -127,14 +127,31 @@ def test_ranks_waiting_in_a_send_for_an_idle_rank_are_said_in_the_plural():
     assert evidence == ["wait-for graph: ranks 0-1 wait in send (p2p #1) of world for rank 3, who waits for nobody"]
 
 
-@pytest.mark.parametrize("waiters, said", [([0, 1], "ranks 0-1 wait"), ([0], "rank 0 waits")])
-def test_ranks_waiting_for_ranks_held_below_pytorch_are_said_in_their_number(waiters, said):
-    """Ranks 2 and 3 never issued X because they are held in an op every member issued: no sign
-    that the ranks that did ran ahead."""
-    held = graph(waits_on={X: (2, 3)}, waiters={X: waiters}, dumps=dict.fromkeys(range(4)),
+@pytest.mark.parametrize("waiters, awaited, said", [
+    ([0, 1], (2, 3), "ranks 0-1 wait in all_reduce #1 of tp for ranks 2-3, who are held"),
+    ([0], (2, 3), "rank 0 waits in all_reduce #1 of tp for ranks 2-3, who are held"),
+    ([0], (2,), "rank 0 waits in all_reduce #1 of tp for rank 2, who is held"),
+])
+def test_ranks_waiting_for_ranks_held_below_pytorch_are_said_in_their_number(waiters, awaited, said):
+    """The awaited ranks never issued X because they are held in an op every member issued: no
+    sign that the ranks that did ran ahead."""
+    held = graph(waits_on={X: awaited}, waiters={X: waiters}, dumps=dict.fromkeys(range(4)),
                  blocker_of_op={X: _op("all_reduce #1 of tp")}, views={"tp": SimpleNamespace(issuers=lambda seq: set(waiters))})
     held._held = lambda rank: _op("barrier #7 of world")
     evidence = []
-    assert held._idle_culprits(X, [2, 3], evidence, []) == [(2, X), (3, X)]
-    assert evidence == [f"wait-for graph: {said} in all_reduce #1 of tp for ranks 2-3, who are held in barrier #7 "
-                        "of world, which every member issued"]
+    assert held._idle_culprits(X, list(awaited), evidence, []) == [(r, X) for r in awaited]
+    assert evidence == [f"wait-for graph: {said} in barrier #7 of world, which every member issued"]
+
+
+@pytest.mark.parametrize("awaited, said", [((3, 4), "ranks 3-4 show no sign of it and wait"),
+                                            ((4,), "rank 4 shows no sign of it and waits")])
+def test_ranks_whose_buffers_wrapped_past_an_op_most_members_issued_show_no_sign_of_it(awaited, said):
+    """Most members issued X; the awaited ranks' buffers start after it (a weak wait): they are
+    said to show no sign of it, not to have never issued it."""
+    view = SimpleNamespace(issuers=lambda seq: {0, 1, 2}, unseen=(), size=5)
+    wrapped = graph(waits_on={X: awaited}, waiters={X: [0, 1, 2]}, dumps=dict.fromkeys(range(5)), weak={X},
+                    blocker_of_op={X: _op("all_reduce #1 of tp")}, views={"tp": view})
+    wrapped._held = lambda rank: None
+    evidence = []
+    assert wrapped._idle_culprits(X, list(awaited), evidence, []) == [(r, X) for r in awaited]
+    assert evidence == [f"majority: 3 of 5 members issued all_reduce #1 of tp; {said} for nobody"]
