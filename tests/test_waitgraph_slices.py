@@ -11,7 +11,10 @@ reads, the rules it calls stood in by what they would answer):
 - a rank in no cycle, blocked in one op and awaited in another: the other ranks' order votes
   blame it only where more of them say the awaited op comes first than say otherwise;
 - ranks waiting in a send for a rank that waits for nobody, ranks waiting for ranks held below
-  PyTorch, and ranks whose buffers wrapped past an op most members issued: said in their number."""
+  PyTorch, and ranks whose buffers wrapped past an op most members issued: said in their number;
+- a tie that the ranks' own histories and the sibling groups decide opposite ways: undecided;
+- the entries not completed: found once for a state column ranks share (the analysis's cost per
+  dump stays flat), which only a test of that cache can tell."""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from types import SimpleNamespace
 import pytest
 
 from test_waitgraph_rules import graph
+
+from frtrace.analysis.waitgraph import _undone
 
 X, Y = ("coll", "tp", 1), ("coll", "world", 2)
 SEND = ("p2p", "world", 3, 0, 1, 3)
@@ -155,3 +160,42 @@ def test_ranks_whose_buffers_wrapped_past_an_op_most_members_issued_show_no_sign
     evidence = []
     assert wrapped._idle_culprits(X, list(awaited), evidence, []) == [(r, X) for r in awaited]
     assert evidence == [f"majority: 3 of 5 members issued all_reduce #1 of tp; {said} for nobody"]
+
+
+def test_a_tie_whose_own_histories_and_sibling_groups_disagree_is_undecided_in_words():
+    """Ranks 0 and 1 issued X, ranks 2 and 3 never did and wait for nobody: as many ran ahead as
+    stayed behind. Their own histories say 2 and 3 stayed behind, the sibling groups that no
+    other group reached X: the rules disagree, so nothing is decided."""
+    view = SimpleNamespace(issuers=lambda seq: {0, 1}, unseen=(), size=4, group=SimpleNamespace(label="tp 0"))
+    tie = graph(waits_on={X: (2, 3)}, waiters={X: [0, 1]}, dumps=dict.fromkeys(range(4)), weak=set(),
+                blocker_of_op={X: _op("all_reduce #1 of tp")}, views={"tp": view}, ran_ahead={})
+    tie._held = lambda rank: None
+    tie._waiting_for = lambda ranks: {0, 1}
+    tie._sibling_reached = lambda view, seq, held: False
+    tie._stayed_behind = lambda key, issuers, awaited: "own history: ranks 2-3 stayed behind"
+    evidence, undecided = [], []
+    assert tie._idle_culprits(X, [2, 3], evidence, undecided) == []
+    assert undecided == ["ranks 0-1 issued all_reduce #1 of tp, ranks 2-3 never did and wait for nobody: as many members "
+                         "ran ahead as stayed behind, and their own histories and the sibling groups disagree on which "
+                         "is right"]
+    assert evidence == [] and tie.ran_ahead == {}
+
+
+class _Columns:
+    """A dump's entry columns as _undone reads them: its states, and a state code per entry."""
+
+    def __init__(self, state: bytes) -> None:
+        self.states, self.state = ("scheduled", "completed"), state
+
+    def __len__(self) -> int:
+        return len(self.state)
+
+
+def test_the_entries_not_completed_are_found_once_for_a_state_column_ranks_share():
+    shared, other = _Columns(b"\x01\x00\x01\x00"), _Columns(b"\x00\x01\x01\x01")
+    found = {}
+    first = _undone(shared, found)
+    assert first == (1, 3)
+    assert _undone(shared, found) is first  # the same column, another rank's dump: taken as found
+    assert _undone(other, found) == (0,)
+    assert _undone(shared, None) == (1, 3) and _undone(shared, None) is not first  # nothing kept
