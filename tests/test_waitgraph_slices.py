@@ -13,6 +13,8 @@ reads, the rules it calls stood in by what they would answer):
 - ranks waiting in a send for a rank that waits for nobody, ranks waiting for ranks held below
   PyTorch, and ranks whose buffers wrapped past an op most members issued: said in their number;
 - a tie that the ranks' own histories and the sibling groups decide opposite ways: undecided;
+- ranks that may have left the program beside a culprit (nothing tells their order): said in
+  their number;
 - the entries not completed: found once for a state column ranks share (the analysis's cost per
   dump stays flat), which only a test of that cache can tell."""
 
@@ -199,3 +201,15 @@ def test_the_entries_not_completed_are_found_once_for_a_state_column_ranks_share
     assert _undone(shared, found) is first  # the same column, another rank's dump: taken as found
     assert _undone(other, found) == (0,)
     assert _undone(shared, None) == (1, 3) and _undone(shared, None) is not first  # nothing kept
+
+
+@pytest.mark.parametrize("unordered, said", [({4, 5}, "ranks 4-5, blocked in one op while others wait for them"),
+                                              ({4}, "rank 4, blocked in one op while others wait for it")])
+def test_ranks_that_may_have_left_the_program_beside_a_culprit_are_said_in_their_number(unordered, said):
+    """Rank 0 waits in X for rank 3, who waits for nobody and is the culprit; the ranks whose
+    order nothing tells (blocked in one op, awaited in another) are said beside it, undecided."""
+    beside = graph(waits_on={X: (3,)}, waiters={X: [0]}, op_of={0: X}, _unordered=unordered, undecided_behind=[])
+    beside._idle_culprits = lambda key, idle, evidence, undecided: [(r, key) for r in idle]
+    assert beside.culprits() == ([(3, X)], [], [])
+    assert beside.undecided_behind == [f"whether {said} in another, skipped that other op cannot be told (no other rank "
+                                       "shows their order)"]
