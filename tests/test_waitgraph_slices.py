@@ -16,7 +16,7 @@ reads, the rules it calls stood in by what they would answer):
 - ranks that may have left the program beside a culprit (nothing tells their order): said in
   their number;
 - the entries not completed: found once for a state column ranks share (the analysis's cost per
-  dump stays flat), which only a test of that cache can tell."""
+  dump stays flat), which only a test of that cache can tell; every rank's asked with one cache."""
 
 from __future__ import annotations
 
@@ -213,3 +213,29 @@ def test_ranks_that_may_have_left_the_program_beside_a_culprit_are_said_in_their
     assert beside.culprits() == ([(3, X)], [], [])
     assert beside.undecided_behind == [f"whether {said} in another, skipped that other op cannot be told (no other rank "
                                        "shows their order)"]
+
+
+def test_every_ranks_blocker_is_found_through_one_cache_of_the_entries_not_completed(monkeypatch):
+    """Rank 3 never issued all_reduce #3, which the others started: the analysis asks _undone
+    for every rank's entries not completed with one cache, which then holds each state column
+    (read in this process, no two ranks' are one object here; read by workers, alike ones are)."""
+    from conftest import entry
+    from test_matcher import nccl, run
+
+    from frtrace.analysis import waitgraph
+
+    caches = []
+    real = waitgraph._undone
+
+    def undone(columns, found):
+        caches.append(found)
+        return real(columns, found)
+
+    monkeypatch.setattr(waitgraph, "_undone", undone)
+    world = {"0": ("default_pg", (0, 1, 2, 3))}
+    done = [entry(seq=s, backend="nccl", state="completed") for s in (1, 2)]
+    stuck = done + [entry(seq=3, backend="nccl", state="started")]
+    result = run({0: nccl(stuck, world), 1: nccl(stuck, world), 2: nccl(stuck, world), 3: nccl(done, world)})
+    assert result.culprit_ranks == (3,)
+    assert len(caches) == 4 and caches[0] is not None and all(found is caches[0] for found in caches)
+    assert len(caches[0]) == 4
