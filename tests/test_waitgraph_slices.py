@@ -1,6 +1,6 @@
-"""The wait graph's rules that the mutation run's slices of analysis/waitgraph.py (session 38,
-`tests/mutation.py --module analysis/waitgraph.py --slice K/5`) showed no test deciding, each asked
-on a graph given by hand (test_waitgraph_rules.graph: a WaitGraph holding only the state the rule
+"""The wait graph's rules that the mutation run's slices of its part (session 38, `tests/mutation.py
+--part waitgraph --slice K/5`: waitgraph.py, p2p.py, steps.py, order.py) showed no test deciding,
+most asked on a graph given by hand (test_waitgraph_rules.graph: a WaitGraph holding only the state the rule
 reads, the rules it calls stood in by what they would answer):
 
 - a deadlock's majority op, where the ranks it blames are blocked in an op the majority issued
@@ -16,7 +16,10 @@ reads, the rules it calls stood in by what they would answer):
 - ranks that may have left the program beside a culprit (nothing tells their order): said in
   their number;
 - the entries not completed: found once for a state column ranks share (the analysis's cost per
-  dump stays flat), which only a test of that cache can tell; every rank's asked with one cache."""
+  dump stays flat), which only a test of that cache can tell; every rank's asked with one cache;
+- an op left in two states, and a send and recv of two tensors that differ (p2p.py): each said
+  whole (these two on SYNTHETIC NCCL dumps, conftest's entries: gloo records no completion
+  states of its own nor any send or recv)."""
 
 from __future__ import annotations
 
@@ -239,3 +242,33 @@ def test_every_ranks_blocker_is_found_through_one_cache_of_the_entries_not_compl
     assert result.culprit_ranks == (3,)
     assert len(caches) == 4 and caches[0] is not None and all(found is caches[0] for found in caches)
     assert len(caches[0]) == 4
+
+
+def test_an_op_left_in_two_states_says_both():
+    """Every member issued all_reduce #2; rank 3 completed it, ranks 0 and 1 started it and rank 2
+    only scheduled it: not completed on ranks 0-2, in both states."""
+    from conftest import entry
+    from test_matcher import nccl, run
+
+    world = {"0": ("default_pg", (0, 1, 2, 3))}
+    states = {0: "started", 1: "started", 2: "scheduled", 3: "completed"}
+    result = run({rank: nccl([entry(seq=1, backend="nccl", state="completed"), entry(seq=2, backend="nccl", state=state)], world)
+                  for rank, state in states.items()})
+    (stuck,) = [f for f in result.findings if f.kind == "not_completed"]
+    assert stuck.detail.split(" [decided by ")[0] == ("issued by all 4 members, not completed on ranks 0-2 "
+                                                      "(state scheduled, started)")
+
+
+def test_a_send_and_recv_of_two_tensors_that_differ_say_each_sides_dtypes():
+    """p2p.py, of the same part: rank 0 sends two tensors to rank 1, which posted a recv of two
+    of which the second is larger; each side's dtypes are listed."""
+    from conftest import entry
+    from test_matcher import nccl, p2p, run
+
+    pair = {"0": ("default_pg", (0, 1))}
+    done = [entry(seq=s, backend="nccl", state="completed") for s in (1, 2)]
+    result = run({0: nccl(done + [p2p("send", 0, 1, 1, state="started", sizes=((4,), (2,)))], pair),
+                  1: nccl(done + [p2p("recv", 1, 0, 1, state="started", sizes=((4,), (3,)))], pair)})
+    assert [f.detail for f in result.findings if f.kind == "size_mismatch"] == [
+        "rank 0 sends [[4], [2]] Float,Float but rank 1 receives [[4], [3]] Float,Float; a pair cannot tell which side "
+        "is wrong"]
