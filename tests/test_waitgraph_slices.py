@@ -18,8 +18,8 @@ reads, the rules it calls stood in by what they would answer):
 - the entries not completed: found once for a state column ranks share (the analysis's cost per
   dump stays flat), which only a test of that cache can tell; every rank's asked with one cache;
 - an op left in two states, and a send and recv of two tensors that differ (p2p.py): each said
-  whole (these two on SYNTHETIC NCCL dumps, conftest's entries: gloo records no completion
-  states of its own nor any send or recv)."""
+  whole (these two on SYNTHETIC NCCL dumps, conftest's entries: gloo's entries stay
+  "scheduled", and it records no send or recv)."""
 
 from __future__ import annotations
 
