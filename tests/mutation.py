@@ -113,8 +113,8 @@ def main(argv=None) -> int:
         index, _, count = (int(n) if n.isdigit() else 0 for n in args.slice.partition("/"))
         if count not in (2, 5, 10) or not 1 <= index <= count:
             parser.error(f"--slice {args.slice}: K/N with N 2, 5 or 10 and 1 <= K <= N")
-    if args.module:  # reported a module a line
-        groups, group_of = args.module + [m for part in args.part or () for m in PARTS[part]], module_of
+    if args.module:  # reported a module a line, once where a part named holds it too
+        groups, group_of = list(dict.fromkeys(args.module + [m for part in args.part or () for m in PARTS[part]])), module_of
     else:
         groups, group_of = args.part or list(PARTS), part_of
     modules = [m for group in groups for m in PARTS.get(group, (group,))]  # a part's modules, or the module
