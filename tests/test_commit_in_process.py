@@ -17,6 +17,7 @@ import os
 import signal
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -216,12 +217,26 @@ def test_signals_are_held_while_staged_files_are_closed_unwritten(tmp_path, monk
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("threads", ["alone", "beside another thread"])
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_a_stop_signalled_while_committing_lands_after_every_output_is_written(tmp_path, monkeypatch, signum):
+def test_a_stop_signalled_while_committing_lands_after_every_output_is_written(tmp_path, monkeypatch, signum, threads):
     """The signal arrives as the first output is renamed over its target: held off, it lands once
-    the commit is over, and the message says every output was written."""
+    the commit is over, and the message says every output was written. Beside another thread
+    the signal reaches that thread (the main thread blocks it), and Python runs its handler in
+    the main thread all the same: held off by the mask alone, it stopped the commit halfway. (The
+    thread is started once the readers were forked, as tqdm's monitor, fsspec's event loop or
+    Ray's driver threads run beside a commit.)"""
     real_replace = os.replace
     targets = []
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, name="another", daemon=True)
+
+    real_commit = commit.Outputs.commit
+
+    def started_then_committed(self):
+        if threads != "alone":
+            other.start()  # before the signals are held: a thread inherits its creator's mask
+        real_commit(self)
 
     def replace(source, target):
         if not targets:
@@ -230,9 +245,13 @@ def test_a_stop_signalled_while_committing_lands_after_every_output_is_written(t
         return real_replace(source, target)
 
     monkeypatch.setattr(commit.os, "replace", replace)
+    monkeypatch.setattr(commit.Outputs, "commit", started_then_committed)
     err = kept_stderr(monkeypatch)
     db, report = tmp_path / "db.pkl", tmp_path / "r.json"
-    assert main(["-d", str(SKIP), "-o", str(db), "--json", str(report)]) == 128 + signum
+    try:
+        assert main(["-d", str(SKIP), "-o", str(db), "--json", str(report)]) == 128 + signum
+    finally:
+        stop.set()
     assert err.getvalue() == f"frtrace: interrupted by {signal.Signals(signum).name}; written: -o {db}, --json {report}\n"
     assert targets == [str(db), str(report)]
     assert json.loads(report.read_text())["culprit_ranks"] == [2] and db.stat().st_size > 1000

@@ -17,6 +17,7 @@ import signal
 import stat
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -466,13 +467,51 @@ def _stdout_to_null() -> None:
         pass
 
 
-def _hold_signals() -> set | None:
+class _Held:
+    """Signals held off (_hold_signals): the calling thread's mask as it was, and, where it is the
+    main thread, its handlers as they were and the signals that arrived meanwhile."""
+
+    def __init__(self) -> None:
+        self.mask: set | None = None
+        self.handlers: dict[int, object] = {}
+        self.arrived: list[int] = []
+
+    def record(self, signum: int, frame) -> None:
+        self.arrived.append(signum)
+
+
+_holding: _Held | None = None  # the outermost hold of the main thread's handlers, while it lasts
+
+
+def _hold_signals() -> _Held:
+    """SIGINT, SIGTERM and SIGHUP held off until _release_signals. The mask blocks them in this
+    thread only: the kernel gives a signal sent to the process to any thread that does not block
+    it (tqdm's monitor, fsspec's event loop, Ray's driver threads), and Python then runs its
+    handler in the main thread all the same. So the main thread's handlers are swapped too, for
+    one that records the signal, raised again on release."""
+    global _holding
+    held = _Held()
     try:
-        return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+        held.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
     except (AttributeError, OSError, ValueError):
-        return None
+        pass
+    if _holding is None and threading.current_thread() is threading.main_thread():
+        for signum in sorted(_HELD_SIGNALS):
+            previous = signal.getsignal(signum)
+            if previous is not None:  # None: a handler set outside Python, which cannot be put back
+                held.handlers[signum] = signal.signal(signum, held.record)
+        _holding = held
+    return held
 
 
-def _release_signals(previous: set | None) -> None:
-    if previous is not None:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+def _release_signals(held: _Held) -> None:
+    """The handlers and mask as they were; then a signal that arrived meanwhile, raised again."""
+    global _holding
+    if _holding is held:
+        _holding = None
+        for signum, handler in held.handlers.items():
+            signal.signal(signum, handler)
+    if held.mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held.mask)  # one blocked meanwhile lands here
+    for signum in dict.fromkeys(held.arrived):
+        signal.raise_signal(signum)
