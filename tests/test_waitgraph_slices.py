@@ -17,6 +17,8 @@ reads, the rules it calls stood in by what they would answer):
   their number;
 - the entries not completed: found once for a state column ranks share (the analysis's cost per
   dump stays flat), which only a test of that cache can tell; every rank's asked with one cache;
+- a rank held in a started collective only where no member went past it; a lone send and a
+  batched recv on one link are no stuck pair;
 - an op left in two states, and a send and recv of two tensors that differ (p2p.py): each said
   whole (these two on SYNTHETIC NCCL dumps, conftest's entries: gloo's entries stay
   "scheduled", and it records no send or recv)."""
@@ -29,7 +31,7 @@ import pytest
 
 from test_waitgraph_rules import graph
 
-from frtrace.analysis.waitgraph import _undone
+from frtrace.analysis.waitgraph import Blocker, _undone
 
 X, Y = ("coll", "tp", 1), ("coll", "world", 2)
 SEND = ("p2p", "world", 3, 0, 1, 3)
@@ -272,3 +274,23 @@ def test_a_send_and_recv_of_two_tensors_that_differ_say_each_sides_dtypes():
     assert [f.detail for f in result.findings if f.kind == "size_mismatch"] == [
         "rank 0 sends [[4], [2]] Float,Float but rank 1 receives [[4], [3]] Float,Float; a pair cannot tell which side "
         "is wrong"]
+
+
+def test_a_rank_is_held_in_a_started_collective_only_where_no_member_went_past_it():
+    started = Blocker(2, SimpleNamespace(key="g", label="g"), 5, SimpleNamespace(state="started", op="all_reduce"))
+    for known_last, held in (({0: 5, 1: 5, 2: 5}, True), ({0: 6, 1: 5, 2: 5}, False)):
+        waits = graph(joined_by_all={2: started}, views={"g": SimpleNamespace(known_last=known_last)})
+        assert (waits._held(2) is started) == held
+
+
+def test_a_lone_send_and_a_batched_recv_on_one_link_are_no_stuck_pair():
+    """A batched op may have been done where its partner was not: a send posted alone and a recv
+    posted in a batch, each its rank's first op not completed, are not said to hang together."""
+    group = SimpleNamespace(key="g", label="g")
+    entry_of = SimpleNamespace(op="send", p2p_seq_id=1)
+    send = Blocker(0, group, None, entry_of, SimpleNamespace(kind="send", peer=1, batched=False, state="started"))
+    recv = Blocker(1, group, None, entry_of, SimpleNamespace(kind="recv", peer=0, batched=True, state="scheduled"))
+    pair = graph(joined_by_all={0: send, 1: recv}, tracking={0: True, 1: True})
+    assert pair._stuck_pair(0, send) is None
+    both_lone = Blocker(1, group, None, entry_of, SimpleNamespace(kind="recv", peer=0, batched=False, state="scheduled"))
+    assert graph(joined_by_all={0: send, 1: both_lone}, tracking={0: True, 1: True})._stuck_pair(0, send) is not None
