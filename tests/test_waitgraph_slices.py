@@ -17,6 +17,7 @@ reads, the rules it calls stood in by what they would answer):
   their number;
 - the entries not completed: found once for a state column ranks share (the analysis's cost per
   dump stays flat), which only a test of that cache can tell; every rank's asked with one cache;
+- a cycle of waits walked to its end;
 - a rank held in a started collective only where no member went past it; a lone send and a
   batched recv on one link are no stuck pair;
 - an op left in two states, and a send and recv of two tensors that differ (p2p.py): each said
@@ -25,11 +26,12 @@ reads, the rules it calls stood in by what they would answer):
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import pytest
 
-from test_waitgraph_rules import graph
+from test_waitgraph_rules import A, B, graph
 
 from frtrace.analysis.waitgraph import Blocker, _undone
 
@@ -294,3 +296,14 @@ def test_a_lone_send_and_a_batched_recv_on_one_link_are_no_stuck_pair():
     assert pair._stuck_pair(0, send) is None
     both_lone = Blocker(1, group, None, entry_of, SimpleNamespace(kind="recv", peer=0, batched=False, state="scheduled"))
     assert graph(joined_by_all={0: send, 1: both_lone}, tracking={0: True, 1: True})._stuck_pair(0, send) is not None
+
+
+def test_a_cycle_of_waits_is_walked_to_its_end():
+    """Ranks 3 and 5 wait for each other: the walk from rank 3 ends, each rank taken once (a walk
+    that took none ran forever, which the mutation run could only count as a time-out)."""
+    waits = graph(waits_on={A: (3,), B: (5,)}, waiters={A: [5], B: [3]})
+    found = []
+    walk = threading.Thread(target=lambda: found.append(waits._waiting_for([3])), daemon=True)
+    walk.start()
+    walk.join(2)
+    assert found == [{3, 5}]
