@@ -17,7 +17,8 @@ reads, the rules it calls stood in by what they would answer):
   their number;
 - the entries not completed: found once for a state column ranks share (the analysis's cost per
   dump stays flat), which only a test of that cache can tell; every rank's asked with one cache;
-- a cycle of waits walked to its end;
+- a cycle of waits walked to its end; the components of a part of the graph; a rank that records
+  no completion leaves the others' stuck ops said;
 - a rank held in a started collective only where no member went past it; a lone send and a
   batched recv on one link are no stuck pair;
 - an op left in two states, and a send and recv of two tensors that differ (p2p.py): each said
@@ -307,3 +308,22 @@ def test_a_cycle_of_waits_is_walked_to_its_end():
     walk.start()
     walk.join(2)
     assert found == [{3, 5}]
+
+
+def test_the_components_of_a_part_of_the_graph_are_its_own_cycles():
+    """Ranks 3 and 5 wait for each other (through A and B), rank 7 for rank 3 (through C): within
+    the part holding the cycle, the cycle is one component."""
+    C = ("coll", "g", 3)
+    waits = graph(waits_on={A: (3,), B: (5,), C: (3,)}, op_of={5: A, 3: B, 7: C})
+    cycle = {("op", A), ("rank", 3), ("op", B), ("rank", 5)}
+    assert [set(component) for component in waits.components(cycle)] == [cycle]
+
+
+def test_a_rank_that_records_no_completion_leaves_the_other_ranks_stuck_ops_said():
+    group = SimpleNamespace(key="g", label="g")
+    lone = Blocker(0, group, None, SimpleNamespace(op="send", p2p_seq_id=1), SimpleNamespace(peer=1))
+    other = Blocker(1, group, None, SimpleNamespace(op="recv", p2p_seq_id=1), SimpleNamespace(peer=2))
+    stuck = graph(joined_by_all={0: lone, 1: other}, tracking={0: False, 1: True})
+    stuck._stuck_pair = lambda rank, blocker: f"rank {rank}'s pair"
+    stuck._partner_done = lambda rank, blocker: None
+    assert stuck.stuck_findings() == ["rank 1's pair"]
