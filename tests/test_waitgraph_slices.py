@@ -1,7 +1,7 @@
 """The wait graph's rules that the mutation run's slices of its part (session 38, `tests/mutation.py
 --part waitgraph --slice K/5`: waitgraph.py, p2p.py, steps.py, order.py) showed no test deciding,
-most asked on a graph given by hand (test_waitgraph_rules.graph: a WaitGraph holding only the state the rule
-reads, the rules it calls stood in by what they would answer):
+most asked on a graph given by hand (test_waitgraph_rules.graph: a WaitGraph holding only the
+state the rule reads, the rules it calls stood in by what they would answer):
 
 - a deadlock's majority op, where the ranks it blames are blocked in an op the majority issued
   before it (behind, not astray): undecided, more than one rank left the program;
@@ -22,8 +22,10 @@ reads, the rules it calls stood in by what they would answer):
 - a rank held in a started collective only where no member went past it; a lone send and a
   batched recv on one link are no stuck pair;
 - an op left in two states, and a send and recv of two tensors that differ (p2p.py): each said
-  whole (these two on SYNTHETIC NCCL dumps, conftest's entries: gloo's entries stay
-  "scheduled", and it records no send or recv)."""
+  whole.
+
+These two, and the one cache asked through an analysis, run on SYNTHETIC NCCL dumps (conftest's
+entries): gloo's entries stay "scheduled", and it records no send or recv."""
 
 from __future__ import annotations
 
