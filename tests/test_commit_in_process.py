@@ -119,6 +119,28 @@ def test_a_device_that_is_standard_output_takes_a_second_output(monkeypatch, cap
     assert "both name" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, what", [("--markdown", "Markdown summary"), ("--json", "JSON report"), ("-o", "database")])
+def test_an_output_naming_the_file_standard_output_is_redirected_to_is_refused(monkeypatch, tmp_path, flag, what):
+    """`frtrace ... --markdown F > F`: the shell made F standard output; replacing F by rename
+    would leave what is printed after (the report) in F's old, unlinked inode, lost. Refused
+    before any work, F as the shell left it; another file beside it is written, and the report
+    printed lands in F."""
+    err = kept_stderr(monkeypatch)
+    redirected = tmp_path / "F"
+    with open(redirected, "w") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        assert main(["-d", str(SKIP), flag, str(redirected)]) == 2
+        out.flush()
+        assert redirected.read_bytes() == b""
+        assert main(["-d", str(SKIP), flag, str(tmp_path / "G")]) == 1
+    assert err.getvalue().splitlines()[0] == (f"frtrace: {flag} {redirected}: standard output is redirected to that file, and "
+                                              f"what is printed there would be lost; give the {what} another file, or "
+                                              "redirect elsewhere")
+    assert (tmp_path / "G").stat().st_size > 0
+    assert b"rank 2" in redirected.read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["F", "G"]
+
+
 def test_a_json_report_on_standard_output_is_the_file_written_elsewhere(monkeypatch, tmp_path):
     assert main(["-d", str(SKIP), "--json", str(tmp_path / "r.json")]) == 1
     stdout_pipe = on_stdout(monkeypatch, Pipe())

@@ -153,6 +153,18 @@ def test_json_to_dev_stdout_goes_to_standard_output(tmp_path):
     assert b'"culprit_ranks": [\n    2\n  ]' in result.stdout and b"DESYNC" in result.stdout
 
 
+@pytest.mark.process
+def test_an_output_on_the_file_the_shell_redirects_standard_output_to_is_refused(tmp_path):
+    """`frtrace -d SET --json - --markdown F > F`, through a real shell: the JSON printed would
+    have gone to F's old inode once the Markdown replaced F. Refused, F as the shell made it."""
+    redirected = tmp_path / "F"
+    result = subprocess.run(f'"{sys.executable}" -m frtrace -d "{SKIP}" --json - --markdown "{redirected}" > "{redirected}"',
+                            shell=True, stderr=subprocess.PIPE, timeout=120)
+    assert result.returncode == 2
+    assert b"standard output is redirected to that file" in result.stderr
+    assert redirected.read_bytes() == b""
+
+
 def test_a_socket_or_other_special_file_is_never_replaced(tmp_path, capsys):
     import socket
     server = socket.socket(socket.AF_UNIX)

@@ -99,6 +99,9 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str,
                     raise UsageError(f"{flag} {shown}: that is a file of the dump folder {display_path(dump_dir)}; "
                                      f"frtrace never writes over its input, choose another path for the {what}")
                 if stat.S_ISREG(info.st_mode):
+                    if identity == _redirected_stdout():
+                        raise UsageError(f"{flag} {shown}: standard output is redirected to that file, and what is printed "
+                                         f"there would be lost; give the {what} another file, or redirect elsewhere")
                     if not os.access(os.path.dirname(target), os.W_OK):
                         raise OutputError(f"{shown}: cannot write in {display_path(os.path.dirname(target))}; "
                                           f"choose another path for the {what}")
@@ -126,6 +129,16 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str,
             raise UsageError(f"{other} and {flag} both name {shown}; give them different files")
         identities[identity] = f"{flag} {shown}"
     return plans
+
+
+def _redirected_stdout() -> tuple[int, int] | None:
+    """(device, inode) of the regular file standard output is redirected to (`> F`), else None:
+    an output replacing F by rename would leave what is printed after in F's old, unlinked inode."""
+    try:
+        out = os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (out.st_dev, out.st_ino) if stat.S_ISREG(out.st_mode) else None
 
 
 def _is_null(path: str) -> bool:
