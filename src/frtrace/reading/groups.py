@@ -7,10 +7,11 @@ ranks: the default group spans the world, and a subgroup holds the ranks that re
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from itertools import chain
 from dataclasses import dataclass
 from math import prod
 
-from ..types import Dump, Group, GroupConfig
+from ..types import Dump, Group, GroupConfig, Kind
 
 _GATHER_OPS = frozenset({"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced"})
 _SCATTER_OPS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"})
@@ -53,31 +54,38 @@ def replica_size(dumps: dict[int, Dump]) -> int | None:
     return size if any(count == size for count in replicas.values()) else None
 
 
-def _size_hints(dumps: dict[int, Dump]) -> dict[str, int]:
+def _kinds_counted(dumps: dict[int, Dump]) -> list[tuple[Kind, int]]:
+    """Each kind of the dumps with how many times they list it, in the order first listed, by
+    identity: the loader shares one object among equal kinds (wire.Unpacker), so a kind that
+    every rank lists is looked at once, not once a rank."""
+    listed = list(chain.from_iterable(dump.entries.kinds for dump in dumps.values()))
+    by_id = dict(zip(map(id, listed), listed))
+    return [(by_id[key], count) for key, count in Counter(map(id, listed)).items()]
+
+
+def _size_hints(kinds: list[tuple[Kind, int]]) -> dict[str, int]:
     """Group sizes implied by the ops' own shapes, per group name: an all_gather's output is n
     times its input, a reduce_scatter's input n times its output. The size most of a group's
     ops imply, so that one rank's wrong size does not resize its group."""
     votes: dict[str, Counter] = defaultdict(Counter)
-    for dump in dumps.values():
-        for kind in dump.entries.kinds:
-            if not (kind.input_sizes and kind.output_sizes):
-                continue
-            numel_in = sum(prod(s) for s in kind.input_sizes)
-            numel_out = sum(prod(s) for s in kind.output_sizes)
-            if kind.op in _GATHER_OPS and numel_in and numel_out % numel_in == 0:
-                votes[kind.pg_name][numel_out // numel_in] += 1
-            elif kind.op in _SCATTER_OPS and numel_out and numel_in % numel_out == 0:
-                votes[kind.pg_name][numel_in // numel_out] += 1
+    for kind, count in kinds:
+        if not (kind.input_sizes and kind.output_sizes):
+            continue
+        numel_in = sum(prod(s) for s in kind.input_sizes)
+        numel_out = sum(prod(s) for s in kind.output_sizes)
+        if kind.op in _GATHER_OPS and numel_in and numel_out % numel_in == 0:
+            votes[kind.pg_name][numel_out // numel_in] += count
+        elif kind.op in _SCATTER_OPS and numel_out and numel_in % numel_out == 0:
+            votes[kind.pg_name][numel_in // numel_out] += count
     return {name: counts.most_common(1)[0][0] for name, counts in votes.items()}
 
 
-def _entry_descs(dumps: dict[int, Dump]) -> dict[str, str]:
+def _entry_descs(kinds: list[tuple[Kind, int]]) -> dict[str, str]:
     """Group name -> the desc most of its entries' process_group give (other than "" and "undefined")."""
     votes: dict[str, Counter] = defaultdict(Counter)
-    for dump in dumps.values():
-        for kind in dump.entries.kinds:
-            if kind.pg_desc not in ("", "undefined"):
-                votes[kind.pg_name][kind.pg_desc] += 1
+    for kind, count in kinds:
+        if kind.pg_desc not in ("", "undefined"):
+            votes[kind.pg_name][kind.pg_desc] += count
     return {name: counts.most_common(1)[0][0] for name, counts in votes.items()}
 
 
@@ -172,7 +180,8 @@ def resolve_groups(
     # (PyTorch 2.15 lists split_group groups under a hash with desc "") is the one the entries say
     outvoted, disagreements = outvoted_configs(dumps)
     warnings.extend(disagreements)
-    entry_descs = _entry_descs(dumps)
+    kinds = _kinds_counted(dumps)
+    entry_descs = _entry_descs(kinds)
     group_of_config: dict[int, Group] = {}  # the loader shares one object among equal configs: each list hashed once
     for rank, dump in dumps.items():
         for config in dump.group_configs:
@@ -217,8 +226,8 @@ def resolve_groups(
         warnings.append(f"rank(s) {', '.join(map(str, sorted(borrowed)))}: pg_config missing, empty or without some "
                         "groups; membership taken from the other ranks' configs, which list them")
 
-    hints = _size_hints(dumps)
-    highest = max([*dumps, *ranks_named, *(r for g in groups.values() for r in g.ranks)], default=-1)
+    hints = _size_hints(kinds)
+    highest = max([*dumps, *ranks_named, *chain.from_iterable(g.ranks for g in groups.values())], default=-1)
     world_size = highest + 1
     for name in users:
         if is_default_group(name, descs.get(name, "")) and not ft_group_world_size:
