@@ -37,8 +37,8 @@ def parts(tmp_path):
 
 def _sizes(packed: tuple) -> list[int]:
     """The bytes of each shared value a packed dump carries whole (0 where it names it alone)."""
-    kinds, states, configs, stacks = packed[5]
-    return [len(blob or b"") for _, blob in (kinds, states, *configs, stacks)]
+    (_, kinds), states, configs, stacks = packed[5]
+    return [len(blob or b"") for _, blob in (*(kinds or ()), states, *configs, stacks)]
 
 
 def test_a_shared_value_is_sent_whole_once_then_by_its_digest(parts):
@@ -77,12 +77,30 @@ def test_two_workers_each_send_a_value_whole_and_the_main_process_keeps_one(part
     assert a.group_configs[0] is b.group_configs[0] is c.group_configs[0]
 
 
-def test_a_digest_never_sent_whole_is_refused(parts):
+@pytest.mark.parametrize("left_out", ["the kinds", "a kind", "the states"])
+def test_a_digest_never_sent_whole_is_refused(parts, left_out):
     packed = wire.Packer().pack(parts[0])
-    kinds, states, configs, stacks = packed[5]
-    unsent = packed[:5] + (((kinds[0], None), states, configs, stacks),) + packed[6:]
+    (digest, kinds), states, configs, stacks = packed[5]
+    if left_out == "the kinds":
+        kinds = None
+    elif left_out == "a kind":
+        kinds = ((kinds[0][0], None), *kinds[1:])
+    else:
+        states = (states[0], None)
+    unsent = packed[:5] + (((digest, kinds), states, configs, stacks),) + packed[6:]
     with pytest.raises(ValueError, match="never sent"):
         wire.Unpacker().dump(unsent)
+
+
+def test_a_rank_of_another_group_sends_only_the_kinds_it_does_not_share(parts):
+    """Rank 2's tp group is not rank 0's: its tuple of kinds is its own, but its world kinds
+    cross as digests alone."""
+    packer = wire.Packer()
+    first, third = packer.pack(parts[0]), packer.pack(parts[2])
+    (_, kinds_0), (_, kinds_2) = first[5][0], third[5][0]
+    assert all(blob is not None for _, blob in kinds_0)
+    assert [blob is None for _, blob in kinds_2] == [kind.pg_name == "0" for kind in parts[2].entries.kinds]
+    assert any(kind.pg_name == "0" for kind in parts[2].entries.kinds)
 
 
 def test_a_whole_load_in_workers_reads_as_in_one_process(tmp_path):

@@ -7,7 +7,9 @@ dump, these made the main process's cost per dump grow with the world: a 16,384-
 group is 16,384 ints to unpickle, hash and compare in each of 16,384 dumps. So each such value is
 named by a digest of its content, sent in full only the first time its worker meets it, and the
 main process keeps one object per digest: it decodes a value once per worker at most, and its
-cost per dump stays flat whatever the size of the job.
+cost per dump stays flat whatever the size of the job. A dump's kinds are named one by one as
+well as together: a kind names its group, so in a job of tensor- and data-parallel groups no two
+ranks' tuples of kinds may be alike, yet each kind is most ranks' of its group.
 
 The columns themselves are named the same way, by a digest of their bytes: ranks running one
 program hold the same record ids, seq ids, kind and state codes and runs, entry for entry (all but
@@ -43,11 +45,8 @@ except ImportError:  # an interpreter built without it
 _DIGEST_BYTES = 16
 _COLUMN = b"frtrace column"  # the digests' personalization: a column's never equals a marshalled value's
 _COLUMNS = b"frtrace columns"  # ... nor a dump's columns' together
+_KINDS = b"frtrace kinds"  # ... nor a dump's kinds' together
 _KEPT_CONFIGS = 1024  # configs whose digests a worker remembers by identity (each holds its ranks)
-
-
-def _plain_kinds(kinds: tuple[Kind, ...]) -> tuple:
-    return tuple(map(tuple, kinds))
 
 
 def _plain_stacks(stacks: tuple[tuple[Frame, ...], ...]) -> tuple:
@@ -70,6 +69,17 @@ class Packer:
             return digest, None
         self.sent.add(digest)
         return digest, blob
+
+    def _kinds(self, kinds: tuple[Kind, ...]) -> tuple[bytes, tuple | None]:
+        """A dump's kinds as (digest, each kind named the first time, else None): ranks of other
+        groups hold other kinds (a kind names its group), yet most of their kinds each, and a
+        rank's tuple is often another's (its group's peers)."""
+        named = tuple(self._shared(tuple(kind)) for kind in kinds)
+        digest = blake2b(b"".join(d for d, _ in named), digest_size=_DIGEST_BYTES, person=_KINDS).digest()
+        if digest in self.sent:
+            return digest, None
+        self.sent.add(digest)
+        return digest, named
 
     def _config(self, config: GroupConfig) -> tuple[bytes, bytes | None]:
         """A config, by its digest: the loader gives the same object for the same ranks text
@@ -133,7 +143,7 @@ class Packer:
                 None if entries.runs is None else
                 tuple((named(run.positions), run.first_seq, named(run.kinds), named(run.states)) for run in entries.runs.values()))
         columns = (times, *self._columns(body), None if entries.runs is None else tuple(entries.runs))
-        shared = (self._shared(_plain_kinds(entries.kinds)), self._shared(tuple(entries.states)),
+        shared = (self._kinds(entries.kinds), self._shared(tuple(entries.states)),
                   tuple(map(self._config, part.group_configs)), self._shared(_plain_stacks(part.stacks)))
         return (part.rank, part.path, part.file_format, part.version, columns, shared, part.notes,
                 part.health, part.restarted, part.seq_counter, part.moments, part.recorder_off)
@@ -171,6 +181,20 @@ class Unpacker:
             found = self.by_digest[digest] = make(marshal.loads(blob))
         return found
 
+    def _kinds(self, digest: bytes, named: tuple | None) -> tuple[Kind, ...]:
+        """A dump's kinds, from Packer._kinds' answer: one tuple for each digest, one object for
+        each kind."""
+        found = self.by_digest.get(digest)
+        if found is None:
+            if named is None:  # never: a worker sends a dump's kinds named one by one before naming them alone
+                raise ValueError("a worker named kinds it never sent")
+            found = self.by_digest[digest] = tuple(self._shared(kind, blob, self._kind) for kind, blob in named)
+        return found
+
+    def _kind(self, plain: tuple) -> Kind:
+        kind = Kind._make(plain)
+        return self.values.setdefault(kind, kind)
+
     def _config(self, plain: tuple) -> GroupConfig:
         config = GroupConfig(*plain)
         return self.values.setdefault(config, config)
@@ -206,7 +230,7 @@ class Unpacker:
         (rank, path, file_format, version, columns, shared, notes, health, restarted, seq_counter, moments,
          recorder_off) = packed
         (kinds_at, states_at, configs_at, stacks_at) = shared
-        kinds = self._shared(*kinds_at, lambda plain: self._interned(map(Kind._make, plain)))
+        kinds = self._kinds(*kinds_at)
         states = self._shared(*states_at, self._interned)
         configs = tuple(self._shared(digest, blob, self._config) for digest, blob in configs_at)
         stacks = self._shared(*stacks_at, lambda plain: tuple(tuple(Frame(*f) for f in s) for s in plain))
