@@ -29,7 +29,8 @@ def test_a_large_cluster_is_given_tasks_of_many_files_not_one_task_a_file(files,
     assert len(tasks) <= files / 100  # at a few ms of the caller's CPU a task: hundredths of a ms a dump
 
 
-@pytest.mark.parametrize("files, cpus, size", [(16_384, 2, 256), (1_536, 2, 192), (1_024, 2, 128), (5, 64, 128)])
+@pytest.mark.parametrize("files, cpus, size", [(16_384, 2, 512), (3_072, 2, 384), (1_536, 2, 256), (1_024, 2, 256),
+                                               (5, 64, 256)])
 def test_four_tasks_a_cpu_where_the_floor_and_the_cap_allow(files, cpus, size):
     assert task_size(files, cpus) == size
     assert task_size(files, 0) == task_size(files, 1)  # a cluster said to have no CPU: as one

@@ -3,7 +3,7 @@ run as Ray tasks where the files are, the analysis and the outputs left to the c
 
 Two ways:
 - A shared path (a shared filesystem, or a URL): the caller lists the set as ever (discover,
-  remote), and the files are read by tasks of 128 to 256 files (task_size), spread over the
+  remote), and the files are read by tasks of 256 to 512 files (task_size), spread over the
   cluster's CPUs.
 - --node-local: the path is each node's own disk (a local TORCH_FR_DUMP_TEMP_FILE). A task per
   alive node, pinned to it, walks its view of the path (discover.walked); the caller chooses the
@@ -38,9 +38,11 @@ from ..types import SkippedFile
 from .discover import Discovery, DumpFile, Found, finish, walked
 from .remote import reason
 
-_TASK_FILES = 256  # files one task reads at most: a task's answers are held whole until it ends
-_TASK_FILES_LEAST = 128  # files one task reads at least where there are so many: each task costs the caller 3-5 ms
-# of its CPU here (Ray's submission, wait and get; benchmarks/ray_tasks.py), against its 0.1 ms a dump
+_TASK_FILES = 512  # files one task reads at most: a task's answers are held whole until it ends (0.6 kB a dump
+# where ranks share their columns, 107 kB where none does and times are asked: 55 MB a task at worst)
+_TASK_FILES_LEAST = 256  # files one task reads at least where there are so many: each task costs the caller 3-5 ms
+# of its CPU here (Ray's submission, wait and get; benchmarks/ray_tasks.py), 0.01-0.02 ms a dump at 256 files,
+# against its 0.1 ms a dump in all
 _TASKS_PER_CPU = 4  # tasks a CPU of the cluster is given over a run, where the floor allows: the slow ones are not all one node's
 _IN_FLIGHT_PER_CPU = 2  # tasks submitted ahead per CPU: answers waiting in the object store stay bounded
 TIMEOUT = 60.0  # seconds without a task done before the rest is given up (--timeout)
@@ -293,7 +295,7 @@ def task_size(files: int, cpus: int) -> int:
     to _TASK_FILES files. The floor is the caller's: a task costs it a few ms of CPU whatever it
     reads, so a large cluster given 4 tasks a CPU (100,000 files over 3,200 CPUs: 12,500 tasks of 8)
     would cost it more than the analysis of their dumps; it leaves CPUs idle where files are few,
-    each task then reading for a second or two."""
+    each task then reading for a few seconds (256 full dumps: about 3 s of one CPU)."""
     return min(_TASK_FILES, max(_TASK_FILES_LEAST, -(-files // (max(1, cpus) * _TASKS_PER_CPU))))
 
 
