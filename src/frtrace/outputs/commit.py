@@ -65,6 +65,8 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str,
     written. Nothing under the folder is walked: what exists there is found by its resolved path."""
     plans: list[PlannedOutput] = []
     identities: dict[object, str] = {}  # (dev, ino) or resolved path -> the flag that claimed it
+    out = _stdout_status()
+    stdout = None if out is None else (out.st_dev, out.st_ino)
     real_dump_dir = resolved(dump_dir)
     for flag, path, what, binary in requested:
         shown = display_path(path)
@@ -99,7 +101,7 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str,
                     raise UsageError(f"{flag} {shown}: that is a file of the dump folder {display_path(dump_dir)}; "
                                      f"frtrace never writes over its input, choose another path for the {what}")
                 if stat.S_ISREG(info.st_mode):
-                    if identity == _redirected_stdout():
+                    if identity == stdout:  # redirected to it (`> F`): F replaced by rename, what is printed after is lost
                         raise UsageError(f"{flag} {shown}: standard output is redirected to that file, and what is printed "
                                          f"there would be lost; give the {what} another file, or redirect elsewhere")
                     if not os.access(os.path.dirname(target), os.W_OK):
@@ -113,14 +115,8 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str,
                 else:
                     raise OutputError(f"{shown}: not a regular file, a terminal or a pipe; frtrace will not replace it, "
                                       f"choose another path for the {what}")
-        if plan.stream and path != "-":
-            # a stream named by path may be our standard output itself (/dev/stdout, /proc/self/fd/1)
-            try:
-                out = os.fstat(sys.stdout.fileno())
-                if (out.st_dev, out.st_ino) == identity and not stat.S_ISCHR(out.st_mode):
-                    identity = "<stdout>"
-            except (OSError, ValueError, AttributeError):
-                pass
+        if plan.stream and path != "-" and identity == stdout and not stat.S_ISCHR(out.st_mode):
+            identity = "<stdout>"  # a stream named by path that is our standard output itself (/dev/stdout, /proc/self/fd/1)
         plans.append(plan)
         if plan.stream and path != "-" and _is_null(path):  # /dev/null takes any number of outputs
             continue
@@ -131,14 +127,13 @@ def plan_outputs(requested: list[tuple[str, str, str, bool]], dump_dir: str,
     return plans
 
 
-def _redirected_stdout() -> tuple[int, int] | None:
-    """(device, inode) of the regular file standard output is redirected to (`> F`), else None:
-    an output replacing F by rename would leave what is printed after in F's old, unlinked inode."""
+def _stdout_status() -> os.stat_result | None:
+    """Standard output's status, None where it has no descriptor (a stream of a test's or of a
+    program that embeds frtrace)."""
     try:
-        out = os.fstat(sys.stdout.fileno())
+        return os.fstat(sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         return None
-    return (out.st_dev, out.st_ino) if stat.S_ISREG(out.st_mode) else None
 
 
 def _is_null(path: str) -> bool:
