@@ -7,8 +7,8 @@ ranks: the default group spans the world, and a subgroup holds the ranks that re
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
 from math import prod
 
 from ..types import Dump, Group, GroupConfig, Kind

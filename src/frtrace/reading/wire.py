@@ -9,7 +9,7 @@ named by a digest of its content, sent in full only the first time its worker me
 main process keeps one object per digest: it decodes a value once per worker at most, and its
 cost per dump stays flat whatever the size of the job. A dump's kinds are named one by one as
 well as together: a kind names its group, so in a job of tensor- and data-parallel groups no two
-ranks' tuples of kinds may be alike, yet each kind is most ranks' of its group.
+ranks' tuples of kinds may be alike, yet each kind is shared by every rank of its group.
 
 The columns themselves are named the same way, by a digest of their bytes: ranks running one
 program hold the same record ids, seq ids, kind and state codes and runs, entry for entry (all but
@@ -71,9 +71,9 @@ class Packer:
         return digest, blob
 
     def _kinds(self, kinds: tuple[Kind, ...]) -> tuple[bytes, tuple | None]:
-        """A dump's kinds as (digest, each kind named the first time, else None): ranks of other
-        groups hold other kinds (a kind names its group), yet most of their kinds each, and a
-        rank's tuple is often another's (its group's peers)."""
+        """A dump's kinds as (digest of the tuple, each kind named by its own digest, sent whole
+        the first time) the first time the tuple is met, else (digest, None): ranks of other groups
+        hold other tuples (a kind names its group), yet share each kind with their group's ranks."""
         named = tuple(self._shared(tuple(kind)) for kind in kinds)
         digest = blake2b(b"".join(d for d, _ in named), digest_size=_DIGEST_BYTES, person=_KINDS).digest()
         if digest in self.sent:
