@@ -4,9 +4,11 @@
     python benchmarks/caller_phases.py --cluster 2 SET   # a local Ray cluster of 2 nodes (tests/ray_cluster.py)
 
 Runs the command --repeat times in this process (the first run untimed: bytecode, page cache and
-Ray's workers warm) with each phase wrapped by a timer of the process's CPU (time.process_time:
-every thread of the caller, Ray's driver threads among them, none of its workers or tasks), and
-prints each phase's CPU per dump of the last run, in ms: listing the folder, reading (load:
+Ray's workers warm) with each phase wrapped by two timers: of the process's CPU (time.process_time:
+every thread of the caller, Ray's driver threads among them, none of its workers or tasks) and of
+the main thread's (time.thread_time: frtrace's own work; a phase that waits, as Ray's wait does,
+counts under the process the CPU other threads spent meanwhile). It prints each phase's CPU per
+dump of the last run by both, in ms: listing the folder, reading (load:
 receiving each dump and making it, which with --ray splits into submitting tasks, Ray's wait and
 get, unpickling each answer and unpacking it), groups, the analysis (its steps: tracks, group
 views, blockers, ...), the database built and written, and the rest. With --ray it also says the
@@ -40,11 +42,17 @@ ANALYSIS_STEPS = ("Codes", "build_tracks", "moments_by_name", "unlogged_notes", 
                   "late_arrivals", "match_p2p", "blocker_of", "WaitGraph", "conclude")
 
 
+def clocks() -> tuple[float, float]:
+    """The process's CPU seconds (every thread) and the main thread's."""
+    return time.process_time(), time.thread_time()
+
+
 class Phases:
-    """CPU seconds by phase, added up by the wrappers `wrap` puts around the functions named."""
+    """CPU seconds by phase, (process, main thread), added up by the wrappers `wrap` puts around
+    the functions named (all called in the main thread)."""
 
     def __init__(self) -> None:
-        self.spent: dict[str, float] = {}
+        self.spent: dict[str, tuple[float, float]] = {}
         self.labels: list[str] = []  # in the order wrapped: each phase before its parts
 
     def wrap(self, owner, name: str, label: str) -> None:
@@ -52,11 +60,12 @@ class Phases:
         self.labels.append(label)
 
         def timed(*args, **kwargs):
-            start = time.process_time()
+            start = clocks()
             try:
                 return function(*args, **kwargs)
             finally:
-                self.spent[label] = self.spent.get(label, 0.0) + time.process_time() - start
+                spent = self.spent.get(label, (0.0, 0.0))
+                self.spent[label] = tuple(was + now - then for was, now, then in zip(spent, clocks(), start))
 
         setattr(owner, name, timed)
 
@@ -111,18 +120,22 @@ def main(argv=None) -> int:
         phases = instrumented()
         for _ in range(args.repeat):
             phases.spent.clear()
-            start, started = time.process_time(), time.perf_counter()
+            start, started = clocks(), time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):
                 cli.main(command)
-            total, wall = time.process_time() - start, time.perf_counter() - started
+            total, wall = tuple(now - then for now, then in zip(clocks(), start)), time.perf_counter() - started
         idle = idle_cpu(address) if address else None
-    said = sum(cpu for label, cpu in phases.spent.items() if not label.startswith(" "))
-    rows = [("all", f"{total / dumps * 1e3:.4f}")]
-    rows += [(label, f"{phases.spent[label] / dumps * 1e3:.4f}") for label in phases.labels if label in phases.spent]
-    rows.append(("the rest", f"{(total - said) / dumps * 1e3:.4f}"))
-    print(f"{dumps} dumps; frtrace {' '.join(command[:1] + ['SET'] + command[2:])}; the caller's CPU (process time, "
-          f"every thread), run {args.repeat} of {args.repeat}: {wall:.1f} s wall")
-    table(("phase", "ms/dump"), rows)
+    said = [sum(cpu[i] for label, cpu in phases.spent.items() if not label.startswith(" ")) for i in (0, 1)]
+
+    def row(label: str, cpu: tuple) -> tuple:
+        return (label, *(f"{seconds / dumps * 1e3:.4f}" for seconds in cpu))
+
+    rows = [row("all", total)]
+    rows += [row(label, phases.spent[label]) for label in phases.labels if label in phases.spent]
+    rows.append(row("the rest", [spent - part for spent, part in zip(total, said)]))
+    print(f"{dumps} dumps; frtrace {' '.join(command[:1] + ['SET'] + command[2:])}; the caller's CPU, run {args.repeat} "
+          f"of {args.repeat}: {wall:.1f} s wall")
+    table(("phase", "process ms/dump", "main thread ms/dump"), rows)
     if idle is not None:
         print(f"Ray's driver, idle: {idle * 1e3:.1f} ms of the caller's CPU a second, {idle * wall / dumps * 1e3:.4f} ms "
               "a dump over this run's wall")
