@@ -72,6 +72,23 @@ def test_the_database_pickles_a_column_ranks_share_once(tmp_path):
     assert columns > 2000 and per_rank < columns, (per_rank, columns)  # each rank's columns are not written again
 
 
+def test_ranks_whose_kinds_name_other_groups_share_their_calls_ops_and_sizes(tmp_path):
+    """Each tp group's ranks hold kinds of their own (a kind names its group), so no two groups'
+    kinds are one tuple; what the calls table reads of them (op, sizes) is still one list for all,
+    which the pickle writes once."""
+    loaded = _job(tmp_path, 8)
+    dumps = loaded.dumps
+    table = resolve_groups(dumps, loaded.ranks_named, None)
+    db = build_database(analyze(dumps, table), dumps, table)
+    calls = db.ncclcalls
+    ops, sizes, groups = (calls.column(name).blocks for name in ("collective_type", "sizes", "group_id"))
+    assert len({id(d.entries.kinds) for d in dumps.values()}) == 4
+    assert len({id(values) for _, values in ops}) == 1 and len({id(values) for _, values in sizes}) == 1
+    assert len({tuple(values) for _, values in groups}) == 4  # the tp group read for each rank is its own
+    assert [call.collective_type for call in calls][:7] == ["gloo:all_reduce"] * 7  # make_dump's backend
+    assert {call.group_id for call in calls if call.global_rank == 5} == {"0", "3"}
+
+
 def test_a_dump_with_more_kinds_of_its_own_than_a_byte_holds_and_few_codes_in_the_job(tmp_path):
     """300 groups running one op: each dump's own kind codes need more than a byte, the job's
     (the groups' names left out) fit in one; the tracks are recoded to bytes all the same

@@ -81,7 +81,8 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     shared = _Shared()
     guids = {g.key: group_guid(g.name, g.ranks) for g in analysis.groups}
     groups = Table.from_rows(GroupRow, (GroupRow(guids[g.key], g.desc, len(g.ranks), ids[g.key]) for g in analysis.groups))
-    memberships = Table.from_rows(Membership, (Membership(guids[g.key], r) for g in analysis.groups for r in g.ranks))
+    memberships = Table(Membership, [[guids[g.key] for g in analysis.groups for _ in g.ranks],  # by column: no row made
+                                     [r for g in analysis.groups for r in g.ranks]])
 
     traceback_rows: list[Traceback] = []
     by_text: dict[str, int] = {}
@@ -100,6 +101,11 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     group_blocks, op_blocks, size_blocks, rank_blocks, traceback_blocks = [], [], [], [], []
     group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
     of_kinds: dict[tuple, tuple] = {}  # (rank's groups' ids, id of its kinds) -> their values: made once for ranks alike
+    # where no two ranks' kinds are one tuple (a kind names its group), each kind (which ranks
+    # share) is read once, and equal lists are one object, which the pickle writes once
+    read_of_kind: dict[int, tuple[str, list]] = {}  # id of a kind -> its op and sizes as the table reads them
+    op_lists: dict[tuple, list] = {}
+    size_lists: dict[tuple, list] = {}
     call_count = 0
     for rank, dump in dumps.items():
         entries = dump.entries
@@ -108,9 +114,11 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         group_of_kind = tuple(group_id_of.get((rank, kind.pg_name), kind.pg_name) for kind in entries.kinds)
         made = of_kinds.get((group_of_kind, id(entries.kinds)))
         if made is None:
+            read = [read_of_kind.get(id(kind)) or _read_kind(kind, shared, read_of_kind) for kind in entries.kinds]
+            ops = [op for op, _ in read]
+            sizes = [shape for _, shape in read]
             made = of_kinds[(group_of_kind, id(entries.kinds))] = (
-                list(group_of_kind), [profiling_name(kind.backend, kind.op) for kind in entries.kinds],
-                [shared.shape_list(kind.input_sizes) for kind in entries.kinds])
+                list(group_of_kind), op_lists.setdefault(tuple(ops), ops), size_lists.setdefault(tuple(map(id, sizes)), sizes))
         groups_read, ops_read, sizes_read = made
         offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
         if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset: added when read
@@ -142,6 +150,13 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         for i, f in enumerate(analysis.findings)
     ))
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
+
+
+def _read_kind(kind, shared: _Shared, read_of_kind: dict[int, tuple[str, list]]) -> tuple[str, list]:
+    """A kind's op and input sizes as the calls table reads them, kept by the kind's id (the
+    dumps, which hold the kinds, outlive the database's building)."""
+    read = read_of_kind[id(kind)] = (profiling_name(kind.backend, kind.op), shared.shape_list(kind.input_sizes))
+    return read
 
 
 def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int | None] | None:
