@@ -51,12 +51,30 @@ class _Shared:
     def __init__(self) -> None:
         self.shapes: dict = {}
         self.frames: dict = {}
+        self.kinds_read: dict[int, tuple[str, list]] = {}  # id of a kind -> its op and sizes as the calls table reads them
+        self.call_lists: dict[tuple, list] = {}  # ("ops", ...) or ("sizes", ids of shape lists) -> one list
 
     def shape_list(self, shapes: tuple) -> list:
         found = self.shapes.get(shapes)
         if found is None:
             found = self.shapes[shapes] = [list(s) for s in shapes]
         return found
+
+    def calls_values(self, kinds: tuple) -> tuple[list, list]:
+        """The op and the input sizes of each of a dump's kinds as the calls table reads them, each
+        list one object for every dump that reads alike: where no two ranks' kinds are one tuple (a
+        kind names its group), each kind, which ranks share (wire.Unpacker), is read once (the
+        dumps outlive the database's building, so no id is reused meanwhile)."""
+        read = []
+        for kind in kinds:
+            found = self.kinds_read.get(id(kind))
+            if found is None:
+                found = self.kinds_read[id(kind)] = (profiling_name(kind.backend, kind.op), self.shape_list(kind.input_sizes))
+            read.append(found)
+        ops = [op for op, _ in read]
+        sizes = [shapes for _, shapes in read]
+        return (self.call_lists.setdefault(("ops", *ops), ops),
+                self.call_lists.setdefault(("sizes", *map(id, sizes)), sizes))
 
     def frame_list(self, dump: Dump, stack_id: int) -> list:
         """One list for each stack of each tuple of stacks, which ranks share (wire.Unpacker;
@@ -101,11 +119,6 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     group_blocks, op_blocks, size_blocks, rank_blocks, traceback_blocks = [], [], [], [], []
     group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
     of_kinds: dict[tuple, tuple] = {}  # (rank's groups' ids, id of its kinds) -> their values: made once for ranks alike
-    # where no two ranks' kinds are one tuple (a kind names its group), each kind (which ranks
-    # share) is read once, and equal lists are one object, which the pickle writes once
-    read_of_kind: dict[int, tuple[str, list]] = {}  # id of a kind -> its op and sizes as the table reads them
-    op_lists: dict[tuple, list] = {}
-    size_lists: dict[tuple, list] = {}
     call_count = 0
     for rank, dump in dumps.items():
         entries = dump.entries
@@ -114,11 +127,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         group_of_kind = tuple(group_id_of.get((rank, kind.pg_name), kind.pg_name) for kind in entries.kinds)
         made = of_kinds.get((group_of_kind, id(entries.kinds)))
         if made is None:
-            read = [read_of_kind.get(id(kind)) or _read_kind(kind, shared, read_of_kind) for kind in entries.kinds]
-            ops = [op for op, _ in read]
-            sizes = [shape for _, shape in read]
-            made = of_kinds[(group_of_kind, id(entries.kinds))] = (
-                list(group_of_kind), op_lists.setdefault(tuple(ops), ops), size_lists.setdefault(tuple(map(id, sizes)), sizes))
+            made = of_kinds[(group_of_kind, id(entries.kinds))] = (list(group_of_kind), *shared.calls_values(entries.kinds))
         groups_read, ops_read, sizes_read = made
         offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
         if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset: added when read
@@ -150,13 +159,6 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         for i, f in enumerate(analysis.findings)
     ))
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
-
-
-def _read_kind(kind, shared: _Shared, read_of_kind: dict[int, tuple[str, list]]) -> tuple[str, list]:
-    """A kind's op and input sizes as the calls table reads them, kept by the kind's id (the
-    dumps, which hold the kinds, outlive the database's building)."""
-    read = read_of_kind[id(kind)] = (profiling_name(kind.backend, kind.op), shared.shape_list(kind.input_sizes))
-    return read
 
 
 def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int | None] | None:
