@@ -1,5 +1,8 @@
-"""Survivors of the wait graph's slice 3 of 5 (session 40): what stuck_findings says of several
-ranks at once. SYNTHETIC NCCL dumps (gloo records no op states), built from format.md."""
+"""Survivors of the wait graph's slice 3 of 5 (sessions 40-41): what stuck_findings says of several
+ranks at once; the own-history rule's words for a deadlock of three ranks; a rank astray, awaited
+in an op program order cannot ask before one it can, and left unordered only where its own step
+does not tell (on a graph given by hand, as test_waitgraph_slices.py does). The jobs are
+SYNTHETIC NCCL dumps (gloo records no op states, nor sends and recvs), built from format.md."""
 
 from __future__ import annotations
 
@@ -7,6 +10,8 @@ import pytest
 
 from conftest import entry, ops
 from test_matcher import nccl, p2p, run
+from test_waitgraph_rules import graph
+from test_waitgraph_slices import SEND, X, Y, _op
 
 WORLD4 = {"0": ("default_pg", range(4))}
 RECORDER_OFF = {"version": "2.10"}  # what a rank writes with TORCH_FR_BUFFER_SIZE=0 (format.md)
@@ -67,3 +72,35 @@ def test_the_ranks_of_a_deadlock_that_keep_their_step_are_said_in_their_number(a
     assert result.verdict == "desync" and result.culprit_ranks == (1,), result.headline
     assert result.evidence == ("own history: ranks 0,2 follow the step their buffer repeats up to the op they are blocked "
                                "in; of the deadlock's ranks only rank 1 does not show it, so it left its program",)
+
+
+def _awaited_twice(keeps_step, votes: list[int]):
+    """Rank 5, blocked in Y (world #2), is awaited in a send (which program order cannot ask) and
+    then in X (tp #1); the ranks that issued X and Y vote `votes` on X coming first, rank 5
+    nothing; `keeps_step(rank)`: whether that rank's buffer keeps its step."""
+    dumps = {0: None, 1: None, 2: None, 5: None}
+    made = graph(op_of={5: Y}, weak=set(), _everyones_votes={}, dumps=dumps, waits_on={SEND: (5,), X: (5,)},
+                 blocker_of_op={X: _op("all_reduce #1 of tp")}, blockers={5: _op("all_reduce #2 of world")},
+                 _unordered=set())
+    made._deviators_by_history = lambda ranks: ({}, [])
+    made._votes = lambda a, b, voters, issued_both=False: votes if voters is dumps else []
+    made._keeps_step = lambda rank, keys: keeps_step(rank)
+    return made
+
+
+def test_an_op_program_order_cannot_ask_is_passed_by_for_the_next_one_awaiting_the_rank():
+    """A send awaiting rank 5 is passed by (program order orders collectives only): tp #1, which
+    the other ranks issued before world #2, still names rank 5 as astray."""
+    made, evidence = _awaited_twice(lambda rank: True, [1, 1, -1]), []
+    assert made._astray(5, evidence) == [(5, X)]
+    assert evidence == ["program order: the other ranks issued all_reduce #1 of tp before all_reduce #2 of world, which "
+                        "rank 5 is blocked in"]
+
+
+@pytest.mark.parametrize("keeps_step", [True, False])
+def test_a_rank_awaited_in_an_op_nobody_orders_is_unordered_only_where_its_own_step_does_not_tell(keeps_step):
+    """No rank issued both ops (no votes): rank 5 is left among the ranks whose order nothing tells
+    unless its own buffer keeps its step; its own step, not another rank's, is asked."""
+    made = _awaited_twice(lambda rank: keeps_step and rank == 5, [])
+    assert made._astray(5, []) == []
+    assert made._unordered == (set() if keeps_step else {5})
