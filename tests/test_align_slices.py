@@ -1,6 +1,8 @@
-"""align.py's survivors of the mutation run's `align` slices (session 39), each test seen failing
-on its mutant: the spread of a group's column tracks (align._Spread) against a reference that
-asks every track for every seq id; no dumps needed, the tracks are made by hand."""
+"""align.py's survivors of the mutation run's `align` slices (sessions 39, 41), each test seen
+failing on its mutant: the spread of a group's column tracks (align._Spread) against a reference
+that asks every track for every seq id (no dumps needed, the tracks made by hand); what align
+makes once and keeps (a wide map's tables, a column's recoding, a p2p-only run's ops), on
+SYNTHETIC NCCL dumps built from format.md (gloo records no send or recv)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,15 @@ import random
 
 import pytest
 
-from frtrace.analysis.align import Track, _Spread
+from conftest import entry, make_dump
+from test_matcher import nccl, p2p
+
+from frtrace import types
+from frtrace.analysis import align
+from frtrace.analysis.align import Codes, Track, _Spread, build_tracks
+from frtrace.loader import normalize
+from frtrace.reading.groups import resolve_groups
+from frtrace.types import wide_tables
 
 
 def _track(first: int, kinds: bytes, states: bytes) -> Track:
@@ -65,3 +75,54 @@ def test_random_ranges_spread_as_the_reference_says(seed):
         columns.append((rank, _track(rng.randint(0, 15), bytes(rng.choice((1, 1, 1, 2)) for _ in range(length)),
                                      bytes(rng.choice((0, 0, 0, 1)) for _ in range(length)))))
     assert _said(_Spread(columns)) == _reference(columns)
+
+
+# Session 41: what align does once that it could do again, unseen in any verdict (slice 1's
+# survivors `Codes._recoded` 35 and 40, `_unit_track` 35, left as equivalent in results): the
+# analysis's cost per dump stays flat only where these hold, and only a test of them can tell.
+
+def _dumps(raw: dict[int, dict]) -> dict:
+    return {rank: normalize(dump, rank, f"rank{rank}", "pickle") for rank, dump in raw.items()}
+
+
+def test_a_wide_map_is_made_into_tables_once_and_each_column_recoded_once(monkeypatch):
+    """300 distinct kinds in the job (150 sizes a rank): codes past a byte, so each rank's own
+    one-byte codes are widened through tables made from its map. The tables are made once per
+    map, whatever the columns recoded with it; a column asked again is the same object."""
+    dumps = _dumps({rank: make_dump([entry(seq=i + 1, sizes=((base + i,),)) for i in range(150)])
+                    for rank, base in ((0, 1), (1, 1000))})
+    codes = Codes(dumps)
+    assert len(codes.kinds) == 300 and isinstance(dumps[1].entries.kind, bytes)
+    made = []
+
+    def counted(mapping):
+        made.append(mapping)
+        return wide_tables(mapping)
+
+    monkeypatch.setattr(types, "wide_tables", counted)  # what recode makes where it is given no tables
+    monkeypatch.setattr(align, "wide_tables", counted)
+    column = dumps[1].entries.kind
+    recoded = codes.kinds_of(1, column)
+    assert list(recoded) == [150 + i for i in range(150)]
+    assert codes.kinds_of(1, column) is recoded  # recoded once
+    assert list(codes.kinds_of(1, bytes(column))) == list(recoded)  # another column, the same map
+    assert made == [codes.kind_map(1)]  # one map, its tables made once
+
+
+def test_a_group_of_p2p_ops_only_is_read_by_the_p2p_only_path(monkeypatch):
+    """A run of sends or recvs alone is made by C-level passes (_p2p_only), never entry by entry."""
+    world = {"0": ("default_pg", (0, 1))}
+    dumps = _dumps({0: nccl([p2p("send", 0, 1, s) for s in (1, 2, 3)], world),
+                    1: nccl([p2p("recv", 1, 0, s) for s in (1, 2, 3)], world)})
+    made, p2p_only = [], align._p2p_only
+
+    def spied(*args):
+        made.append(p2p_only(*args))
+        return made[-1]
+
+    monkeypatch.setattr(align, "_p2p_only", spied)
+    table = resolve_groups(dumps, frozenset(dumps))
+    codes = Codes(dumps)
+    tracks = [track for rank, dump in dumps.items() for track in build_tracks(dump, table, codes)[0].values()]
+    assert len(tracks) == 2 and [[op.kind for op in t.p2p] for t in tracks] == [["send"] * 3, ["recv"] * 3]
+    assert [id(t.p2p) for t in tracks] == [id(found) for found in made]
