@@ -1,0 +1,35 @@
+"""Survivors of the wait graph's slice 4 of 5 (session 41), asked on a graph given by hand
+(test_waitgraph_rules.graph: a WaitGraph holding only the state the rule reads, the rules it
+calls stood in by what they would answer), as test_waitgraph_slices.py does: a deadlock's
+majority blaming several ranks that are behind it, said in their number."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from test_waitgraph_rules import graph
+from test_waitgraph_slices import X, Y, _op
+
+
+def test_ranks_blamed_by_a_deadlocks_majority_that_are_behind_it_are_said_in_their_number():
+    """Ranks 3 and 4, whom the majority (ranks 0-2, in Y) waits for, are blocked in X, which those
+    ranks issued before Y: both are behind them, not astray; someone else left the program too."""
+    made = graph(
+        waits_on={X: (0,), Y: (3, 4)},
+        waiters={X: [3, 4], Y: [0, 1, 2]},
+        op_of={0: Y, 1: Y, 2: Y, 3: X, 4: X},
+        blocker_of_op={X: _op("all_reduce #1 of tp"), Y: _op("all_reduce #2 of world")},
+        views={"tp": SimpleNamespace(group="tp"), "world": SimpleNamespace(group="world")},
+    )
+    made._deviators_by_history = lambda ranks: ({}, [])
+    made._deviators_by_order = lambda ranks, not_voting: ({}, set())
+    made._left_by_history = lambda ranks: None
+    made._comparable = lambda group: True
+    made._program_op = lambda key: key
+    made._votes = lambda a, b, voters, issued_both=False: [1]
+    members = {("rank", 0), ("rank", 3), ("rank", 4), ("op", X), ("op", Y)}
+    undecided = []
+    assert made._decide_cycle([X, Y], {0, 3, 4}, members, [], undecided, False, frozenset()) == []
+    assert undecided == ["ranks 3-4 wait in all_reduce #1 of tp for rank 0; ranks 0-2 wait in all_reduce #2 of world "
+                         "for ranks 3-4: most wait in all_reduce #2 of world, but ranks 3-4, missing from it, are blocked "
+                         "in an op that those ranks issued before it: more than one rank left the program"]
