@@ -1,7 +1,9 @@
 """Survivors of the mutation run's `outputs/commit` slices (session 41), each test seen failing on
 its mutant in the test's process: a staged output is its owner's alone (0600) from the moment it
 exists, an unnamed O_TMPFILE as much as the temporary file made where there is none, and that
-file's name, for the moment it has one, says whose output it is (`.db.pkl.XXXXXXXX.tmp`)."""
+file, made beside its target, has a name for a moment that says whose output it is
+(`.db.pkl.XXXXXXXX.tmp`); a staged file copied into place where it cannot be linked is copied in
+the kernel, from its first byte whatever its position, piece after piece."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def test_a_staged_output_is_private_from_its_first_moment_and_its_passing_name_s
     unlinked, real_unlink = [], os.unlink
 
     def unlink(path, *args, **kwargs):
-        unlinked.append(os.path.basename(path))
+        unlinked.append(path)
         return real_unlink(path, *args, **kwargs)
 
     monkeypatch.setattr(commit.os, "unlink", unlink)
@@ -35,32 +37,59 @@ def test_a_staged_output_is_private_from_its_first_moment_and_its_passing_name_s
         if tmpfile:
             assert unlinked == []
         else:
-            (name,) = unlinked
-            assert name.startswith(".db.pkl.") and name.endswith(".tmp") and len(name) == len(".db.pkl.") + 8 + 4, name
+            (path,) = unlinked  # made beside its target, so linked in where it lands
+            folder, name = os.path.split(path)
+            assert folder == str(tmp_path) and name.startswith(".db.pkl.") and name.endswith(".tmp"), path
+            assert len(name) == len(".db.pkl.") + 8 + len(".tmp"), path
     finally:
         outputs.discard()
     assert os.listdir(tmp_path) == []
 
 
-def test_an_output_copied_into_place_is_copied_in_the_kernel_from_its_first_byte(tmp_path, monkeypatch):
-    """A staged file is copied whole where it cannot be linked in, by copy_file_range from byte 0
-    whatever its file position (its writer left that at the end): read back by Python only
-    where the kernel cannot copy."""
+@pytest.fixture
+def staged(tmp_path):
+    """(source, target, its bytes): a staged file of 3 MiB whose position its writer left at the
+    end, and an empty file to copy it into; skipped where the kernel copies no file to another."""
     source = os.open(tmp_path / "staged", os.O_RDWR | os.O_CREAT, 0o600)
     target = os.open(tmp_path / "copy", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         written = os.urandom(3 << 20)
-        os.write(source, written)  # its position now at the end, as a staged file's is
+        os.write(source, written)
         try:
             os.copy_file_range(source, target, 0, 0)
         except (AttributeError, OSError) as exc:
             pytest.skip(f"no copy_file_range between files of {tmp_path} here ({exc})")
-        read, real_pread = [], os.pread
-        monkeypatch.setattr(commit.os, "pread", lambda *args: read.append(args) or real_pread(*args))
-        commit._copy_between(source, target)
-        monkeypatch.undo()
-        assert read == []  # copied in the kernel
-        assert os.pread(target, len(written) + 1, 0) == written
+        yield source, target, written
     finally:
         os.close(source)
         os.close(target)
+
+
+def test_an_output_copied_into_place_is_copied_in_the_kernel_from_its_first_byte(staged, monkeypatch):
+    """A staged file is copied whole where it cannot be linked in, by copy_file_range from byte 0
+    whatever its file position: read back by Python only where the kernel cannot copy."""
+    source, target, written = staged
+    read, real_pread = [], os.pread
+    monkeypatch.setattr(commit.os, "pread", lambda *args: read.append(args) or real_pread(*args))
+    commit._copy_between(source, target)
+    monkeypatch.undo()
+    assert read == []  # copied in the kernel
+    assert os.pread(target, len(written) + 1, 0) == written
+
+
+def test_a_copy_the_kernel_makes_in_pieces_goes_on_from_where_each_piece_ended(staged, monkeypatch):
+    """copy_file_range may copy less than it is asked: each next piece starts where the last
+    ended, and none is asked past the end."""
+    source, target, written = staged
+    asked, real_copy = [], os.copy_file_range
+
+    def in_pieces(src, dst, count, offset_src=None, *args):
+        asked.append(offset_src)
+        assert len(asked) <= 4, asked  # three pieces of 1 MiB, then none
+        return real_copy(src, dst, min(count, 1 << 20), offset_src, *args)
+
+    monkeypatch.setattr(commit.os, "copy_file_range", in_pieces)
+    commit._copy_between(source, target)
+    monkeypatch.undo()
+    assert asked == [0, 1 << 20, 2 << 20]
+    assert os.pread(target, len(written) + 1, 0) == written
