@@ -14,6 +14,7 @@ import pytest
 
 from conftest import FIXTURES
 from frtrace.outputs import commit
+from remote_servers import s3_env, s3_server  # noqa: F401 - pytest fixtures
 
 
 @pytest.mark.parametrize("tmpfile", [True, False], ids=["O_TMPFILE", "unlinked temporary file"])
@@ -93,3 +94,16 @@ def test_a_copy_the_kernel_makes_in_pieces_goes_on_from_where_each_piece_ended(s
     monkeypatch.undo()
     assert asked == [0, 1 << 20, 2 << 20]
     assert os.pread(target, len(written) + 1, 0) == written
+
+
+def test_an_output_named_as_a_dump_under_a_dump_url_is_refused_whatever_the_urls_last_letters(s3_env, capsys):
+    """The dump URL loses only its trailing slashes when the outputs are checked against it: a set
+    under `.../pod-X` keeps its X (`_planned_url` 15 stripped the X with the slash, and the check
+    then looked under `.../pod-/`, letting a dump-named output through)."""
+    pytest.importorskip("s3fs", reason="writing to S3 needs s3fs (the test extra installs it)")
+    from frtrace.cli import main
+
+    s3_env.upload(FIXTURES / "skip_goes_on", "safety", "jobs/pod-X")
+    assert main(["-d", "s3://safety/jobs/pod-X", "--json", "s3://safety/jobs/pod-X/trace_host-node00_9", "--jobs", "1"]) == 2
+    assert ("that is an object of the dump set s3://safety/jobs/pod-X; frtrace never writes over its input"
+            in capsys.readouterr().err)
