@@ -1,7 +1,8 @@
 """Survivors of the wait graph's slice 4 of 5 (session 41), asked on a graph given by hand
 (test_waitgraph_rules.graph: a WaitGraph holding only the state the rule reads, the rules it
 calls stood in by what they would answer), as test_waitgraph_slices.py does: a deadlock's
-majority blaming several ranks that are behind it, said in their number."""
+majority blaming several ranks that are behind it, said in their number; ranks held below
+PyTorch in two different ops, both said."""
 
 from __future__ import annotations
 
@@ -33,3 +34,16 @@ def test_ranks_blamed_by_a_deadlocks_majority_that_are_behind_it_are_said_in_the
     assert undecided == ["ranks 3-4 wait in all_reduce #1 of tp for rank 0; ranks 0-2 wait in all_reduce #2 of world "
                          "for ranks 3-4: most wait in all_reduce #2 of world, but ranks 3-4, missing from it, are blocked "
                          "in an op that those ranks issued before it: more than one rank left the program"]
+
+
+def test_ranks_held_below_pytorch_in_two_ops_have_both_said():
+    """Ranks 2 and 3 never issued X because each is held in an op every member issued, each its
+    own (a barrier of the world, one of dp): both ops are said."""
+    ops = {2: _op("barrier #7 of world"), 3: _op("barrier #9 of dp")}
+    held = graph(waits_on={X: (2, 3)}, waiters={X: [0, 1]}, dumps=dict.fromkeys(range(4)),
+                 blocker_of_op={X: _op("all_reduce #1 of tp")}, views={"tp": SimpleNamespace(issuers=lambda seq: {0, 1})})
+    held._held = ops.get
+    evidence = []
+    assert held._idle_culprits(X, [2, 3], evidence, []) == [(2, X), (3, X)]
+    assert evidence == ["wait-for graph: ranks 0-1 wait in all_reduce #1 of tp for ranks 2-3, who are held in barrier #7 "
+                        "of world; barrier #9 of dp, which every member issued"]
