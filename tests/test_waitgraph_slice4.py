@@ -2,12 +2,15 @@
 (test_waitgraph_rules.graph: a WaitGraph holding only the state the rule reads, the rules it
 calls stood in by what they would answer), as test_waitgraph_slices.py does: a deadlock's
 majority blaming several ranks that are behind it, said in their number; ranks held below
-PyTorch in two different ops, both said."""
+PyTorch in two different ops, both said; and, on SYNTHETIC NCCL dumps (gloo records no send or
+recv), two links stuck below PyTorch, each a finding."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
+from conftest import ops
+from test_matcher import nccl, p2p, run
 from test_waitgraph_rules import graph
 from test_waitgraph_slices import X, Y, _op
 
@@ -47,3 +50,15 @@ def test_ranks_held_below_pytorch_in_two_ops_have_both_said():
     assert held._idle_culprits(X, [2, 3], evidence, []) == [(2, X), (3, X)]
     assert evidence == ["wait-for graph: ranks 0-1 wait in all_reduce #1 of tp for ranks 2-3, who are held in barrier #7 "
                         "of world; barrier #9 of dp, which every member issued"]
+
+
+def test_two_links_stuck_below_pytorch_are_each_a_finding():
+    """Ranks 0 and 2 each send to their pair (1, 3), which each posted the recv; all four record
+    completion and none completed: two links hang, each said (SYNTHETIC NCCL dumps)."""
+    world = {"0": ("default_pg", range(4))}
+    peer = {0: 1, 1: 0, 2: 3, 3: 2}
+    result = run({rank: nccl(ops(1, backend="nccl", state="completed")
+                             + [p2p("send" if rank in (0, 2) else "recv", rank, peer[rank], 1, state="started")], world)
+                  for rank in range(4)})
+    assert result.verdict == "stuck" and result.culprit_ranks == (0, 1, 2, 3)
+    assert [(f.kind, f.ranks) for f in result.findings] == [("not_completed", (0, 1)), ("not_completed", (2, 3))]
