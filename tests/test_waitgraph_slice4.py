@@ -3,11 +3,15 @@
 calls stood in by what they would answer), as test_waitgraph_slices.py does: a deadlock's
 majority blaming several ranks that are behind it, said in their number; ranks held below
 PyTorch in two different ops, both said; and, on SYNTHETIC NCCL dumps (gloo records no send or
-recv), two links stuck below PyTorch, each a finding."""
+recv), two links stuck below PyTorch, each a finding; p2p.py's look at a link's oldest ops
+(_done_in_batch) ends where the link holds one side only."""
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
+
+import pytest
 
 from conftest import ops
 from test_matcher import nccl, p2p, run
@@ -62,3 +66,19 @@ def test_two_links_stuck_below_pytorch_are_each_a_finding():
                   for rank in range(4)})
     assert result.verdict == "stuck" and result.culprit_ranks == (0, 1, 2, 3)
     assert [(f.kind, f.ranks) for f in result.findings] == [("not_completed", (0, 1)), ("not_completed", (2, 3))]
+
+
+@pytest.mark.parametrize("sends, recvs", [(1, 0), (0, 1), (2, 1)], ids=["send-alone", "recv-alone", "more-sends"])
+def test_a_links_oldest_ops_are_looked_at_only_while_it_holds_both(sends, recvs):
+    """_done_in_batch takes a link's oldest batched op out only while both a send and a recv are
+    left: a link holding one side (a send posted alone, started) is returned as it is, at once (a
+    loop asked of the other side's empty list never ended: a time-out to the mutation run)."""
+    from frtrace.analysis.p2p import _done_in_batch
+
+    out = [SimpleNamespace(state="started", batched=False) for _ in range(sends)]
+    into = [SimpleNamespace(state="started", batched=False) for _ in range(recvs)]
+    found = []
+    look = threading.Thread(target=lambda: found.append(_done_in_batch(out, into)), daemon=True)
+    look.start()
+    look.join(2)
+    assert found == [(out, into)]
