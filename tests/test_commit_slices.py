@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 
 import pytest
 
@@ -107,3 +108,19 @@ def test_an_output_named_as_a_dump_under_a_dump_url_is_refused_whatever_the_urls
     assert main(["-d", "s3://safety/jobs/pod-X", "--json", "s3://safety/jobs/pod-X/trace_host-node00_9", "--jobs", "1"]) == 2
     assert ("that is an object of the dump set s3://safety/jobs/pod-X; frtrace never writes over its input"
             in capsys.readouterr().err)
+
+
+def test_a_streams_staged_file_is_named_for_frtrace_in_the_systems_temporary_folder(monkeypatch):
+    """An output to standard output has no target to name its staged file for: where there is no
+    O_TMPFILE, its passing name in the system's temporary folder says it is frtrace's."""
+    monkeypatch.delattr(commit.os, "O_TMPFILE")
+    unlinked, real_unlink = [], os.unlink
+    monkeypatch.setattr(commit.os, "unlink", lambda path, *args: unlinked.append(path) or real_unlink(path, *args))
+    outputs = commit.Outputs(commit.plan_outputs([("--json", "-", "JSON report", False)], str(FIXTURES / "skip_rank2")))
+    try:
+        outputs.stage("--json", lambda handle: handle.write("{}"))
+    finally:
+        outputs.discard()
+    (path,) = unlinked
+    folder, name = os.path.split(path)
+    assert folder == tempfile.gettempdir() and name.startswith(".frtrace.") and name.endswith(".tmp"), path
