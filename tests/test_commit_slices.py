@@ -2,8 +2,10 @@
 its mutant in the test's process: a staged output is its owner's alone (0600) from the moment it
 exists, an unnamed O_TMPFILE as much as the temporary file made where there is none, and that
 file, made beside its target, has a name for a moment that says whose output it is
-(`.db.pkl.XXXXXXXX.tmp`); a staged file copied into place where it cannot be linked is copied in
-the kernel, from its first byte whatever its position, piece after piece."""
+(`.db.pkl.XXXXXXXX.tmp`, a stream's `.frtrace.XXXXXXXX.tmp`); a staged file copied into place where
+it cannot be linked is copied in the kernel, from its first byte whatever its position, piece
+after piece; a dump URL kept whole when outputs are checked against it; signals held by handlers
+alone where no thread can mask them."""
 
 from __future__ import annotations
 
@@ -124,3 +126,19 @@ def test_a_streams_staged_file_is_named_for_frtrace_in_the_systems_temporary_fol
     (path,) = unlinked
     folder, name = os.path.split(path)
     assert folder == tempfile.gettempdir() and name.startswith(".frtrace.") and name.endswith(".tmp"), path
+
+
+def test_where_no_thread_can_mask_signals_they_are_held_by_handlers_alone(monkeypatch):
+    """A platform without pthread_sigmask (or one refusing it): the signals are held by the main
+    thread's handlers alone, and releasing them asks no mask back."""
+    import signal
+
+    def refused(*args):
+        raise AttributeError("pthread_sigmask")
+
+    before = {signum: signal.getsignal(signum) for signum in commit._HELD_SIGNALS}
+    monkeypatch.setattr(commit.signal, "pthread_sigmask", refused)
+    held = commit._hold_signals()
+    assert all(signal.getsignal(signum) == held.record for signum in commit._HELD_SIGNALS)
+    commit._release_signals(held)
+    assert {signum: signal.getsignal(signum) for signum in commit._HELD_SIGNALS} == before
