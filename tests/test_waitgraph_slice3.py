@@ -1,7 +1,8 @@
-"""Survivors of the wait graph's slice 3 of 5 (sessions 40-41): what stuck_findings says of several
-ranks at once; the own-history rule's words for a deadlock of three ranks; a rank astray, awaited
-in an op program order cannot ask before one it can, and left unordered only where its own step
-does not tell (on a graph given by hand, as test_waitgraph_slices.py does). The jobs are
+"""Survivors of the wait graph's slice 3 of 5 (sessions 40-41; some of slices 4 and 5's too): what
+stuck_findings says of several ranks at once; the own-history rule's words for a deadlock of three
+ranks; a rank astray, awaited in an op program order cannot ask before one it can, left unordered
+only where its own step does not tell, and never astray on tied votes or an op it is only possibly
+missing from (on a graph given by hand, as test_waitgraph_slices.py does). The jobs are
 SYNTHETIC NCCL dumps (gloo records no op states, nor sends and recvs), built from format.md."""
 
 from __future__ import annotations
@@ -74,12 +75,13 @@ def test_the_ranks_of_a_deadlock_that_keep_their_step_are_said_in_their_number(a
                                "in; of the deadlock's ranks only rank 1 does not show it, so it left its program",)
 
 
-def _awaited_twice(keeps_step, votes: list[int]):
+def _awaited_twice(keeps_step, votes: list[int], weak: frozenset = frozenset()):
     """Rank 5, blocked in Y (world #2), is awaited in a send (which program order cannot ask) and
     then in X (tp #1); the ranks that issued X and Y vote `votes` on X coming first, rank 5
-    nothing; `keeps_step(rank)`: whether that rank's buffer keeps its step."""
+    nothing; `keeps_step(rank)`: whether that rank's buffer keeps its step; `weak`: the ops whose
+    awaited ranks are only possibly missing (a buffer wrapped past them)."""
     dumps = {0: None, 1: None, 2: None, 5: None}
-    made = graph(op_of={5: Y}, weak=set(), _everyones_votes={}, dumps=dumps, waits_on={SEND: (5,), X: (5,)},
+    made = graph(op_of={5: Y}, weak=set(weak), _everyones_votes={}, dumps=dumps, waits_on={SEND: (5,), X: (5,)},
                  blocker_of_op={X: _op("all_reduce #1 of tp")}, blockers={5: _op("all_reduce #2 of world")},
                  _unordered=set())
     made._deviators_by_history = lambda ranks: ({}, [])
@@ -104,3 +106,12 @@ def test_a_rank_awaited_in_an_op_nobody_orders_is_unordered_only_where_its_own_s
     made = _awaited_twice(lambda rank: keeps_step and rank == 5, [])
     assert made._astray(5, []) == []
     assert made._unordered == (set() if keeps_step else {5})
+
+
+@pytest.mark.parametrize("votes, weak", [([1, -1], frozenset()), ([1, 1, -1], frozenset({X}))],
+                         ids=["votes-tied", "awaited-only-possibly"])
+def test_a_rank_is_not_astray_where_the_votes_tie_or_it_is_only_possibly_missing_from_the_op(votes, weak):
+    """Slice 5's `_astray` 49 and 14: as many ranks put tp #1 after world #2 as before it, or rank
+    5 is awaited in tp #1 only because a buffer wrapped past it: nothing names rank 5 astray."""
+    made, evidence = _awaited_twice(lambda rank: True, votes, weak), []
+    assert made._astray(5, evidence) == [] and evidence == []
