@@ -20,18 +20,20 @@ from frtrace.outputs import commit
 from remote_servers import s3_env, s3_server  # noqa: F401 - pytest fixtures
 
 
+@pytest.fixture
+def unlinked(monkeypatch) -> list[str]:
+    """The paths commit unlinks, each unlinked as ever: a staged file's passing name."""
+    paths, real_unlink = [], os.unlink
+    monkeypatch.setattr(commit.os, "unlink", lambda path, *args, **kwargs: paths.append(path) or real_unlink(path, *args,
+                                                                                                            **kwargs))
+    return paths
+
+
 @pytest.mark.parametrize("tmpfile", [True, False], ids=["O_TMPFILE", "unlinked temporary file"])
 def test_a_staged_output_is_private_from_its_first_moment_and_its_passing_name_says_what_it_is(tmp_path, monkeypatch,
-                                                                                               tmpfile):
+                                                                                               tmpfile, unlinked):
     if not tmpfile:
         monkeypatch.delattr(commit.os, "O_TMPFILE")
-    unlinked, real_unlink = [], os.unlink
-
-    def unlink(path, *args, **kwargs):
-        unlinked.append(path)
-        return real_unlink(path, *args, **kwargs)
-
-    monkeypatch.setattr(commit.os, "unlink", unlink)
     outputs = commit.Outputs(commit.plan_outputs([("-o", str(tmp_path / "db.pkl"), "database", True)],
                                                  str(FIXTURES / "skip_rank2")))
     try:
@@ -112,12 +114,10 @@ def test_an_output_named_as_a_dump_under_a_dump_url_is_refused_whatever_the_urls
             in capsys.readouterr().err)
 
 
-def test_a_streams_staged_file_is_named_for_frtrace_in_the_systems_temporary_folder(monkeypatch):
+def test_a_streams_staged_file_is_named_for_frtrace_in_the_systems_temporary_folder(monkeypatch, unlinked):
     """An output to standard output has no target to name its staged file for: where there is no
     O_TMPFILE, its passing name in the system's temporary folder says it is frtrace's."""
     monkeypatch.delattr(commit.os, "O_TMPFILE")
-    unlinked, real_unlink = [], os.unlink
-    monkeypatch.setattr(commit.os, "unlink", lambda path, *args: unlinked.append(path) or real_unlink(path, *args))
     outputs = commit.Outputs(commit.plan_outputs([("--json", "-", "JSON report", False)], str(FIXTURES / "skip_rank2")))
     try:
         outputs.stage("--json", lambda handle: handle.write("{}"))
