@@ -1,16 +1,18 @@
-"""Survivors of the mutation run's `outputs/commit` slices (session 41), each test seen failing on
-its mutant in the test's process: a staged output is its owner's alone (0600) from the moment it
+"""Survivors of the mutation run's `outputs/commit` slices (sessions 41-42), each test seen failing
+on its mutant in the test's process: a staged output is its owner's alone (0600) from the moment it
 exists, an unnamed O_TMPFILE as much as the temporary file made where there is none, and that
 file, made beside its target, has a name for a moment that says whose output it is
-(`.db.pkl.XXXXXXXX.tmp`, a stream's `.frtrace.XXXXXXXX.tmp`); a staged file copied into place where
-it cannot be linked is copied in the kernel, from its first byte whatever its position, piece
-after piece; a dump URL kept whole when outputs are checked against it; signals held by handlers
-alone where no thread can mask them."""
+(`.db.pkl.XXXXXXXX.tmp`, a stream's `.frtrace.XXXXXXXX.tmp`, a long target's cut to the folder's
+limit exactly); a staged file copied into place where it cannot be linked is copied in the kernel,
+from its first byte whatever its position, piece after piece; a dump URL kept whole when outputs
+are checked against it; signals held by handlers alone where no thread can mask them; a database
+the library writes on standard output is binary there too."""
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
 import tempfile
 
 import pytest
@@ -50,6 +52,39 @@ def test_a_staged_output_is_private_from_its_first_moment_and_its_passing_name_s
     finally:
         outputs.discard()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_long_targets_passing_name_keeps_as_much_of_its_name_as_the_folder_allows(tmp_path, monkeypatch, unlinked):
+    """A target named with 249 characters (legal): its staged file's passing name is cut to the
+    folder's limit exactly, the target's name kept as far as mkstemp's 8 characters and `.tmp`
+    leave room (`_temp_prefix` 23 counted 9 and kept one character less)."""
+    monkeypatch.delattr(commit.os, "O_TMPFILE")
+    target = tmp_path / ("d" * 245 + ".pkl")
+    outputs = commit.Outputs(commit.plan_outputs([("-o", str(target), "database", True)], str(FIXTURES / "skip_rank2")))
+    try:
+        outputs.stage("-o", lambda handle: handle.write(b"staged"))
+    finally:
+        outputs.discard()
+    (path,) = unlinked
+    name = os.path.basename(path)
+    limit = os.pathconf(tmp_path, "PC_NAME_MAX")
+    assert len(name) == limit and name.startswith("." + target.name[:limit - 14] + "."), name
+
+
+def test_a_database_the_api_writes_on_standard_output_is_the_bytes_of_its_file(tmp_path, monkeypatch):
+    """The library takes `-` for standard output for every output (the command line refuses it for
+    `-o` only, a pickle on a terminal being of no use): the database written there is a binary
+    output as much as in a file, the same bytes (`plan_outputs` 18 planned standard output as text,
+    and the pickle could not be written)."""
+    import frtrace
+    from test_commit_in_process import Pipe, on_stdout
+
+    result = frtrace.analyze_dumps(str(FIXTURES / "skip_rank2"))
+    result.write_database(str(tmp_path / "db.pkl"))
+    stdout_pipe = on_stdout(monkeypatch, Pipe())
+    result.write_database("-")
+    sys.stdout.flush()
+    assert stdout_pipe.close() == (tmp_path / "db.pkl").read_bytes()
 
 
 @pytest.fixture
