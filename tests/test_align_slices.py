@@ -1,8 +1,9 @@
-"""align.py's survivors of the mutation run's `align` slices (sessions 39, 41), each test seen
+"""align.py's survivors of the mutation run's `align` slices (sessions 39, 41, 42), each test seen
 failing on its mutant: the spread of a group's column tracks (align._Spread) against a reference
 that asks every track for every seq id (no dumps needed, the tracks made by hand); what align
-makes once and keeps (a wide map's tables, a column's recoding, a p2p-only run's ops), on
-SYNTHETIC NCCL dumps built from format.md (gloo records no send or recv)."""
+makes once and keeps (a wide map's tables, a column's recoding, a p2p-only run's ops, a kind's size
+rules) and what it reads from the spread once made (the lowest issuer), on SYNTHETIC NCCL dumps
+built from format.md (gloo records no send or recv)."""
 
 from __future__ import annotations
 
@@ -146,3 +147,34 @@ def test_a_group_agrees_over_the_longest_range_its_members_hold(wrapped):
     view = _view({rank: nccl(ops(10, backend="nccl", state="completed")[5 if rank == wrapped else 0:], world,
                              first_record=5 if rank == wrapped else 0) for rank in (0, 1)})
     assert [seq for seq in range(0, 12) if view.agreed(seq)] == [1, 2, 3, 4, 5, 7, 8, 9, 10]
+
+
+def test_a_kinds_size_rules_are_asked_once_however_often_its_issuers_are_compared(monkeypatch):
+    """Whether a kind breaks a size rule by itself is asked once per kind code of the group, and
+    kept: a group compares the same few kinds over thousands of seq ids (`GroupView._fine` 1 asked
+    the rules again each time)."""
+    world = {"0": ("default_pg", (0, 1))}
+    view = _view({rank: nccl(ops(10, backend="nccl", state="completed"), world) for rank in (0, 1)})
+    asked, own_size_problem = [], align.size_rules.own_size_problem
+    monkeypatch.setattr(align.size_rules, "own_size_problem", lambda kind, size: asked.append(kind) or own_size_problem(kind, size))
+    assert all(view.alike(seq) for seq in range(1, 11)) and all(view.alike(seq) for seq in range(1, 11))
+    assert len(asked) == 1
+
+
+@pytest.mark.parametrize("seq", [1, 3, 10])
+def test_once_the_spread_is_made_the_lowest_issuer_is_read_from_it(monkeypatch, seq):
+    """Rank 0's buffer kept only #6-#10, rank 1's all of #1-#10. Once a group has been asked
+    often enough to make its spread, the lowest issuer of a seq id is read from it and only that
+    rank's track is asked for its unit, the spread's first seq id (#1, rank 1's alone) as any
+    other (`lowest_issuer` 1 asked every track in rank order; `_agreed_at` 16 left the spread's
+    first seq id to that walk)."""
+    world = {"0": ("default_pg", (0, 1))}
+    view = _view({rank: nccl(ops(10, backend="nccl", state="completed")[5 if rank == 0 else 0:], world,
+                             first_record=5 if rank == 0 else 0) for rank in (0, 1)})
+    view.SPREAD_AFTER = 0  # the spread made at the first question
+    expected = 0 if seq > 5 else 1
+    asked, unit = [], Track.unit
+    monkeypatch.setattr(Track, "unit", lambda track, at: asked.append(track) or unit(track, at))
+    rank, found = view.lowest_issuer(seq)
+    assert rank == expected and [e.collective_seq_id for e in found] == [seq]
+    assert asked == [view.tracks[expected]]
