@@ -178,3 +178,18 @@ def test_once_the_spread_is_made_the_lowest_issuer_is_read_from_it(monkeypatch, 
     rank, found = view.lowest_issuer(seq)
     assert rank == expected and [e.collective_seq_id for e in found] == [seq]
     assert asked == [view.tracks[expected]]
+
+
+@pytest.mark.parametrize("wrapped", [None, 0])
+def test_a_run_of_agreed_seq_ids_is_found_from_any_of_its_seq_ids_the_first_too(wrapped):
+    """`agreed_through` from each seq id: the last of the agreed run it starts, #6 (the first op a
+    wrapped buffer holds) breaking the run; seq - 1 outside one. The reference's first seq id
+    starts a run as any other (`agreed_through` 6 left it to be checked alone)."""
+    world = {"0": ("default_pg", (0, 1))}
+    view = _view({rank: nccl(ops(10, backend="nccl", state="completed")[5 if rank == wrapped else 0:], world,
+                             first_record=5 if rank == wrapped else 0) for rank in (0, 1)})
+    through = {seq: view.agreed_through(seq) for seq in range(0, 12)}
+    if wrapped is None:
+        assert through == {0: -1, **{seq: 10 for seq in range(1, 11)}, 11: 10}
+    else:
+        assert through == {0: -1, 1: 5, 2: 5, 3: 5, 4: 5, 5: 5, 6: 5, 7: 10, 8: 10, 9: 10, 10: 10, 11: 10}
