@@ -6,7 +6,7 @@ file, made beside its target, has a name for a moment that says whose output it 
 limit exactly); a staged file copied into place where it cannot be linked is copied in the kernel,
 from its first byte whatever its position, piece after piece; a dump URL kept whole when outputs
 are checked against it; signals held by handlers alone where no thread can mask them; a database
-the library writes on standard output is binary there too."""
+the library writes on standard output is binary there too; text outputs UTF-8 in any locale."""
 
 from __future__ import annotations
 
@@ -85,6 +85,25 @@ def test_a_database_the_api_writes_on_standard_output_is_the_bytes_of_its_file(t
     result.write_database("-")
     sys.stdout.flush()
     assert stdout_pipe.close() == (tmp_path / "db.pkl").read_bytes()
+
+
+def test_a_text_output_is_written_in_utf8_whatever_the_locales_encoding(tmp_path):
+    """A text output is UTF-8 where the locale's encoding is another (LC_CTYPE "C" for the time of
+    the test: ASCII): names read from dumps hold any character (`stage` 6, 9 and 18 opened the
+    output in the locale's encoding)."""
+    import locale
+
+    said = "rank 2 never joined all_reduce #10 of «tp→dp» (3 ranks wait in it)\n"
+    before = locale.setlocale(locale.LC_CTYPE)
+    try:
+        locale.setlocale(locale.LC_CTYPE, "C")
+        with commit.Outputs(commit.plan_outputs([("--markdown", str(tmp_path / "s.md"), "Markdown summary", False)],
+                                                str(FIXTURES / "skip_rank2"))) as outputs:
+            outputs.stage("--markdown", lambda handle: handle.write(said))
+            outputs.commit()
+    finally:
+        locale.setlocale(locale.LC_CTYPE, before)
+    assert (tmp_path / "s.md").read_bytes() == said.encode("utf-8")
 
 
 @pytest.fixture
