@@ -6,7 +6,8 @@ file, made beside its target, has a name for a moment that says whose output it 
 limit exactly); a staged file copied into place where it cannot be linked is copied in the kernel,
 from its first byte whatever its position, piece after piece; a dump URL kept whole when outputs
 are checked against it; signals held by handlers alone where no thread can mask them; a database
-the library writes on standard output is binary there too; text outputs UTF-8 in any locale."""
+the library writes on standard output is binary there too; text outputs UTF-8 in any locale; objects
+put in a store before any file is renamed."""
 
 from __future__ import annotations
 
@@ -166,6 +167,21 @@ def test_an_output_named_as_a_dump_under_a_dump_url_is_refused_whatever_the_urls
     assert main(["-d", "s3://safety/jobs/pod-X", "--json", "s3://safety/jobs/pod-X/trace_host-node00_9", "--jobs", "1"]) == 2
     assert ("that is an object of the dump set s3://safety/jobs/pod-X; frtrace never writes over its input"
             in capsys.readouterr().err)
+
+
+def test_an_object_the_store_refuses_leaves_every_file_as_it_was(s3_env, tmp_path, capsys):
+    """Objects in a store are put before any file is renamed into place: the store is what
+    refuses at that point (here a bucket that does not exist, on the S3 protocol server), and
+    then no file was written either (`Outputs.commit` 9 renamed the files first, and said
+    `-o db.pkl` written beside a report that was not)."""
+    pytest.importorskip("s3fs", reason="writing to S3 needs s3fs (the test extra installs it)")
+    from frtrace.cli import main
+
+    assert main(["-d", str(FIXTURES / "skip_rank2"), "--json", "s3://nobucket/out/r.json",
+                 "-o", str(tmp_path / "db.pkl")]) == 2
+    assert os.listdir(tmp_path) == []
+    assert capsys.readouterr().err.endswith("(the store refused it: FileNotFoundError: The specified bucket does not "
+                                            "exist); no output file was written or changed\n")
 
 
 def test_a_streams_staged_file_is_named_for_frtrace_in_the_systems_temporary_folder(monkeypatch, unlinked):
