@@ -2,8 +2,9 @@
 failing on its mutant: the spread of a group's column tracks (align._Spread) against a reference
 that asks every track for every seq id (no dumps needed, the tracks made by hand); what align
 makes once and keeps (a wide map's tables, a column's recoding, a p2p-only run's ops, a kind's size
-rules) and what it reads from the spread once made (the lowest issuer), on SYNTHETIC NCCL dumps
-built from format.md (gloo records no send or recv)."""
+rules), what it reads from the spread once made (the lowest issuer) or from units all at once, when
+its codes fit in bytes, and a track compared with the reference wherever it starts, on SYNTHETIC
+NCCL dumps built from format.md (gloo records no send or recv)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import random
 import pytest
 
 from conftest import entry, make_dump, ops
-from test_matcher import nccl, p2p
+from test_matcher import nccl, p2p, run
 
 from frtrace import types
 from frtrace.analysis import align
@@ -193,3 +194,53 @@ def test_a_run_of_agreed_seq_ids_is_found_from_any_of_its_seq_ids_the_first_too(
         assert through == {0: -1, **{seq: 10 for seq in range(1, 11)}, 11: 10}
     else:
         assert through == {0: -1, 1: 5, 2: 5, 3: 5, 4: 5, 5: 5, 6: 5, 7: 10, 8: 10, 9: 10, 10: 10, 11: 10}
+
+
+def test_a_mismatch_in_a_dump_older_than_the_longest_is_found():
+    """Rank 0 holds #5-#20 (the longest range: the reference), ranks 1 and 2, dumped earlier, hold
+    #1-#10; rank 1 called all_gather as #7. Each track is compared with the reference over the seq
+    ids both hold, place for place, wherever the track starts (`_compare_columns` 36 compared rank
+    1's from its own first seq id: #1 against the reference's #5, and the mismatch was said CLEAN)."""
+    world = {"0": ("default_pg", (0, 1, 2))}
+    longest = [entry(seq=seq, backend="nccl", state="completed") for seq in range(5, 21)]
+
+    def older(odd: bool) -> list[dict]:
+        return [entry(seq=seq, backend="nccl", state="completed", op="all_gather" if odd and seq == 7 else "all_reduce")
+                for seq in range(1, 11)]
+
+    result = run({0: nccl(longest, world, first_record=4), 1: nccl(older(True), world), 2: nccl(older(False), world)})
+    assert result.verdict == "desync" and result.culprit_ranks == (1,), result.headline
+    assert [(f.kind, f.collective_seq_id, f.ranks) for f in result.findings] == [("type_mismatch", 7, (1,))]
+
+
+@pytest.mark.parametrize("count", [256, 257])
+def test_a_job_of_256_kinds_keeps_them_in_bytes(count):
+    """Codes 0-255 fit in a byte: a job of 256 kinds (128 sizes a rank, two ranks) recodes its
+    columns into bytes, compared at C speed; one more kind and they are arrays
+    (`Codes.__init__` 21 took 256 kinds for too many)."""
+    dumps = _dumps({rank: make_dump([entry(seq=i + 1, sizes=((base + i,),)) for i in range(half)])
+                    for rank, base, half in ((0, 1, 128), (1, 1000, count - 128))})
+    codes = Codes(dumps)
+    recoded = codes.kinds_of(1, dumps[1].entries.kind)
+    assert len(codes.kinds) == count and list(recoded) == list(range(128, count))
+    assert isinstance(recoded, bytes) == (count <= 256)
+
+
+def test_a_group_of_coalesced_units_is_compared_without_asking_its_tracks(monkeypatch):
+    """Every member's track is one of units (a coalesced group at #2): whether a seq id's issuers
+    hold it alike is read from their units' kind codes all at once, no track asked
+    (`GroupView.__init__` 56 left it to asking each track)."""
+    world = {"0": ("default_pg", (0, 1))}
+
+    def coalesced() -> list[dict]:
+        return [entry(seq=1, backend="nccl", state="completed"),
+                entry(seq=2, backend="nccl", state="completed"), entry(seq=2, backend="nccl", state="completed"),
+                entry(seq=2, op="coalesced", backend="nccl", state="completed", sizes=()),
+                entry(seq=3, backend="nccl", state="completed")]
+
+    view = _view({rank: nccl(coalesced(), world) for rank in (0, 1)})
+    assert all(track.units is not None for track in view.tracks.values())
+    asked = []
+    monkeypatch.setattr(Track, "kinds_at", lambda track, seq: asked.append(seq))
+    assert [view.alike(seq) for seq in (1, 2, 3)] == [True, True, True]
+    assert asked == []
