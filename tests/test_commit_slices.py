@@ -55,6 +55,23 @@ def test_a_staged_output_is_private_from_its_first_moment_and_its_passing_name_s
     assert os.listdir(tmp_path) == []
 
 
+def test_a_passing_name_is_found_in_bounded_time_for_any_target_name(tmp_path):
+    """Cutting a target's name to the room left is a short walk whatever the name (one of 300
+    characters, past the room; one of 300 two-byte characters): done well within seconds, in a
+    thread so that a walk that never ends fails here instead of hanging the suite
+    (`_temp_prefix` 24 never ended on a name longer than the room)."""
+    import threading
+
+    for name in ("d" * 300, "é" * 300):
+        plan = commit.PlannedOutput("-o", str(tmp_path / name), "database", True, str(tmp_path / name), None, None)
+        found = []
+        walk = threading.Thread(target=lambda: found.append(commit._temp_prefix(str(tmp_path), plan)), daemon=True)
+        walk.start()
+        walk.join(10)
+        assert found, f"no passing name within 10 s for a target of {len(name)} characters"
+        assert len(os.fsencode(found[0])) + 8 + len(".tmp") <= os.pathconf(tmp_path, "PC_NAME_MAX")
+
+
 def test_a_long_targets_passing_name_keeps_as_much_of_its_name_as_the_folder_allows(tmp_path, monkeypatch, unlinked):
     """A target named with 249 characters (legal): its staged file's passing name is cut to the
     folder's limit exactly, the target's name kept as far as mkstemp's 8 characters and `.tmp`
