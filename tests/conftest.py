@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,16 @@ def _read_in_process_under_mutation(monkeypatch):
         from frtrace import loader
 
         monkeypatch.setattr(loader.worker_processes, "in_workers", lambda work, jobs, count: map(work, jobs))
+
+
+@pytest.fixture
+def ctrl_c_as_in_a_terminal():
+    """SIGINT raising KeyboardInterrupt in this process, and not ignored in the processes it starts,
+    as for a terminal's foreground command: a shell's background job (`.ci/run &`) starts with it
+    ignored, and Python then installs no handler. Given back after the test."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 def examples(count: int) -> int:

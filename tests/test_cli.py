@@ -296,7 +296,7 @@ def _interrupted_while_loading(data: Path, out: Path):
 
 
 @pytest.mark.process
-def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path):
+def test_real_ctrl_c_during_parallel_loading_leaves_no_file(tmp_path, ctrl_c_as_in_a_terminal):
     for ranks in (128, 512):  # a busy machine may not run this test's loop while 128 ranks load
         out = tmp_path / f"out{ranks}"
         out.mkdir()

@@ -839,7 +839,7 @@ def _echo(job):
 
 
 @pytest.mark.process
-def test_a_ctrl_c_while_a_worker_starts_is_not_lost(monkeypatch):
+def test_a_ctrl_c_while_a_worker_starts_is_not_lost(monkeypatch, ctrl_c_as_in_a_terminal):
     """The parent keeps Ctrl-C from a child while forking it; one pressed then must still stop the
     parent (it used to be ignored for that moment, and the run went on to write its outputs)."""
     import signal
