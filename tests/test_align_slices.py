@@ -139,14 +139,19 @@ def _view(raw: dict[int, dict]) -> GroupView:
     return GroupView(group, {rank: build_tracks(dump, table, codes)[0][group] for rank, dump in dumps.items()}, dumps, codes)
 
 
+def _two_ranks(wrapped: int | None) -> GroupView:
+    """Two ranks all_reduce #1-#10 alike; the `wrapped` one's buffer kept only #6-#10."""
+    world = {"0": ("default_pg", (0, 1))}
+    return _view({rank: nccl(ops(10, backend="nccl", state="completed")[5 if rank == wrapped else 0:], world,
+                             first_record=5 if rank == wrapped else 0) for rank in (0, 1)})
+
+
 @pytest.mark.parametrize("wrapped", [0, 1])
 def test_a_group_agrees_over_the_longest_range_its_members_hold(wrapped):
     """Two ranks all_reduce #1-#10 alike; one's buffer kept only #6-#10. Every seq id of #1-#10
     is agreed (the check has nothing to find), the first among them, whichever rank wrapped; but
     #6, the first op the wrapped buffer holds, which may be cut short (checked entry by entry)."""
-    world = {"0": ("default_pg", (0, 1))}
-    view = _view({rank: nccl(ops(10, backend="nccl", state="completed")[5 if rank == wrapped else 0:], world,
-                             first_record=5 if rank == wrapped else 0) for rank in (0, 1)})
+    view = _two_ranks(wrapped)
     assert [seq for seq in range(0, 12) if view.agreed(seq)] == [1, 2, 3, 4, 5, 7, 8, 9, 10]
 
 
@@ -169,9 +174,7 @@ def test_once_the_spread_is_made_the_lowest_issuer_is_read_from_it(monkeypatch, 
     rank's track is asked for its unit, the spread's first seq id (#1, rank 1's alone) as any
     other (`lowest_issuer` 1 asked every track in rank order; `_agreed_at` 16 left the spread's
     first seq id to that walk)."""
-    world = {"0": ("default_pg", (0, 1))}
-    view = _view({rank: nccl(ops(10, backend="nccl", state="completed")[5 if rank == 0 else 0:], world,
-                             first_record=5 if rank == 0 else 0) for rank in (0, 1)})
+    view = _two_ranks(wrapped=0)
     view.SPREAD_AFTER = 0  # the spread made at the first question
     expected = 0 if seq > 5 else 1
     asked, unit = [], Track.unit
@@ -186,9 +189,7 @@ def test_a_run_of_agreed_seq_ids_is_found_from_any_of_its_seq_ids_the_first_too(
     """`agreed_through` from each seq id: the last of the agreed run it starts, #6 (the first op a
     wrapped buffer holds) breaking the run; seq - 1 outside one. The reference's first seq id
     starts a run as any other (`agreed_through` 6 left it to be checked alone)."""
-    world = {"0": ("default_pg", (0, 1))}
-    view = _view({rank: nccl(ops(10, backend="nccl", state="completed")[5 if rank == wrapped else 0:], world,
-                             first_record=5 if rank == wrapped else 0) for rank in (0, 1)})
+    view = _two_ranks(wrapped)
     through = {seq: view.agreed_through(seq) for seq in range(0, 12)}
     if wrapped is None:
         assert through == {0: -1, **{seq: 10 for seq in range(1, 11)}, 11: 10}
