@@ -1,4 +1,4 @@
-"""align.py's survivors of the mutation run's `align` slices (sessions 39, 41, 42), each test seen
+"""align.py's survivors of the mutation run's `align` slices (sessions 39, 41, 42, 43), each test seen
 failing on its mutant: the spread of a group's column tracks (align._Spread) against a reference
 that asks every track for every seq id (no dumps needed, the tracks made by hand); what align
 makes once and keeps (a wide map's tables, a column's recoding, a p2p-only run's ops, a kind's size
@@ -244,4 +244,28 @@ def test_a_group_of_coalesced_units_is_compared_without_asking_its_tracks(monkey
     asked = []
     monkeypatch.setattr(Track, "kinds_at", lambda track, seq: asked.append(seq))
     assert [view.alike(seq) for seq in (1, 2, 3)] == [True, True, True]
+    assert asked == []
+
+
+@pytest.mark.parametrize("wrapped", [None, 0])
+def test_a_seq_id_past_every_members_last_has_no_issuer_once_the_spread_is_made(wrapped):
+    """Asked of #11, one past the last op any member holds, after the spread is made: nobody
+    issued it, in no state (`_agreed_at` 18 took the place one past the spread's end for one of
+    its own and failed with an IndexError); #0, before the first, alike."""
+    view = _two_ranks(wrapped)
+    view.SPREAD_AFTER = 0
+    for seq in (11, 12, 0):
+        assert (view.lowest_issuer(seq), view.end_states(seq), view.issuers(seq), view.alike(seq)) == (None, set(), {}, False)
+    assert view.lowest_issuer(10)[0] == 0 and view.end_states(10) == {"completed"}
+
+
+@pytest.mark.parametrize("seq", [1, 3, 10])
+def test_once_the_spread_is_made_an_agreed_seq_ids_state_is_read_from_it(monkeypatch, seq):
+    """Once the spread is made, the state every issuer of a seq id holds it in is read from it:
+    no track is asked (`end_states` 13 asked each issuer's track at every seq id)."""
+    view = _two_ranks(wrapped=0)
+    view.SPREAD_AFTER = 0
+    asked, end_state = [], Track.end_state
+    monkeypatch.setattr(Track, "end_state", lambda track, at, codes: asked.append(track) or end_state(track, at, codes))
+    assert view.end_states(seq) == {"completed"}
     assert asked == []
