@@ -225,6 +225,9 @@ def test_a_job_of_256_kinds_keeps_them_in_bytes(count):
     recoded = codes.kinds_of(1, dumps[1].entries.kind)
     assert len(codes.kinds) == count and list(recoded) == list(range(128, count))
     assert isinstance(recoded, bytes) == (count <= 256)
+    # the states, two, in bytes whatever the kinds' count (`Codes.states_of` 3 made them arrays)
+    states = codes.states_of(1, dumps[1].entries.state)
+    assert isinstance(states, bytes) and [codes.states[code] for code in states] == [e.state for e in dumps[1].entries]
 
 
 def test_a_group_of_coalesced_units_is_compared_without_asking_its_tracks(monkeypatch):
