@@ -109,8 +109,26 @@ def test_a_wide_map_is_made_into_tables_once_and_each_column_recoded_once(monkey
     recoded = codes.kinds_of(1, column)
     assert list(recoded) == [150 + i for i in range(150)]
     assert codes.kinds_of(1, column) is recoded  # recoded once
-    assert list(codes.kinds_of(1, bytes(column))) == list(recoded)  # another column, the same map
-    assert made == [codes.kind_map(1)]  # one map, its tables made once
+    other = bytes(bytearray(column))  # another column (bytes(column) would be the same object)
+    assert other is not column and list(codes.kinds_of(1, other)) == list(recoded)
+    assert made == [codes.kind_map(1)]  # one map, its tables made once (`_recoded` 18, 23 made them again)
+
+
+def test_a_narrow_maps_translation_table_is_made_once(monkeypatch):
+    """Fewer than 256 kinds: each rank's one-byte codes are translated through one table per map,
+    made once however many columns are recoded with it (`_recoded` 18, 23 made it per column)."""
+    dumps = _dumps({rank: make_dump([entry(seq=i + 1, sizes=((base + i,),)) for i in range(10)])
+                    for rank, base in ((0, 1), (1, 1000))})
+    codes = Codes(dumps)
+    made, table = [], align.translation_table
+    monkeypatch.setattr(align, "translation_table", lambda mapping: made.append(mapping) or table(mapping))
+    column = dumps[1].entries.kind
+    recoded = codes.kinds_of(1, column)
+    assert isinstance(recoded, bytes) and list(recoded) == [10 + i for i in range(10)]
+    assert codes.kinds_of(1, column) is recoded
+    other = bytes(bytearray(column))
+    assert codes.kinds_of(1, other) == recoded and codes.kinds_of(1, other[:5]) == recoded[:5]
+    assert made == [codes.kind_map(1)]
 
 
 def test_a_group_of_p2p_ops_only_is_read_by_the_p2p_only_path(monkeypatch):
