@@ -290,3 +290,15 @@ def test_once_the_spread_is_made_an_agreed_seq_ids_state_is_read_from_it(monkeyp
     monkeypatch.setattr(Track, "end_state", lambda track, at, codes: asked.append(track) or end_state(track, at, codes))
     assert view.end_states(seq) == {"completed"}
     assert asked == []
+
+
+def test_a_long_running_jobs_lowest_holders_are_kept_for_the_reference_range_only():
+    """A job that has run five million collectives: each rank's buffer holds #5000001-#5000010.
+    The lowest holder of each seq id is kept for the reference's ten seq ids, not for a list as
+    long as the seq ids are large (`_compare_columns` 83 sized it by first + last: ten million
+    places a group, 80 MB each); the owners of the agreed run read from it as before."""
+    world = {"0": ("default_pg", (0, 1))}
+    view = _view({rank: nccl(ops(10, start=5_000_001, backend="nccl", state="completed"), world, first_record=4_999_990)
+                  for rank in (0, 1)})
+    assert len(view._owner) == 10
+    assert [(rank, first, last) for rank, _, first, last in view.owners(5_000_001, 5_000_010)] == [(0, 5_000_001, 5_000_010)]
