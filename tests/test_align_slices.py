@@ -302,3 +302,32 @@ def test_a_long_running_jobs_lowest_holders_are_kept_for_the_reference_range_onl
                   for rank in (0, 1)})
     assert len(view._owner) == 10
     assert [(rank, first, last) for rank, _, first, last in view.owners(5_000_001, 5_000_010)] == [(0, 5_000_001, 5_000_010)]
+
+
+@pytest.mark.parametrize("count", [256, 257])
+def test_a_job_of_256_states_keeps_them_in_bytes(count):
+    """As for kinds: a job whose entries hold 256 distinct states (a hostile or odd producer's)
+    recodes its state columns into bytes; one more and they are arrays (`Codes.__init__` 23 took
+    256 states for too many)."""
+    dumps = _dumps({rank: make_dump([entry(seq=i + 1, state=f"state{base + i}") for i in range(half)])
+                    for rank, base, half in ((0, 0, 128), (1, 128, count - 128))})
+    codes = Codes(dumps)
+    recoded = codes.states_of(1, dumps[1].entries.state)
+    assert len(codes.states) == count and [codes.states[code] for code in recoded] == [e.state for e in dumps[1].entries]
+    assert isinstance(recoded, bytes) == (count <= 256)
+
+
+@pytest.mark.parametrize("coalesced", [False, True])
+def test_a_tracks_first_position_of_a_seq_id_it_does_not_hold_is_none(coalesced):
+    """`Track.first_position` of a seq id the track does not hold is None, for a track by column and
+    one of units (`first_position` 5 and 9 answered a place or failed: no caller asks it so, but
+    the answer is the method's word)."""
+    world = {"0": ("default_pg", (0, 1))}
+    raw = ops(5, backend="nccl", state="completed")
+    if coalesced:
+        raw = raw[:2] + [entry(seq=3, backend="nccl", state="completed", op="all_reduce")] + raw[2:]
+    view = _view({rank: nccl(raw, world) for rank in (0, 1)})
+    track = view.tracks[0]
+    assert (track.units is not None) == coalesced
+    assert [track.first_position(seq) for seq in (0, 6, 99)] == [None, None, None]
+    assert track.first_position(1) == 0 and track.first_position(4) == (4 if coalesced else 3)
