@@ -331,3 +331,23 @@ def test_a_tracks_first_position_of_a_seq_id_it_does_not_hold_is_none(coalesced)
     assert (track.units is not None) == coalesced
     assert [track.first_position(seq) for seq in (0, 6, 99)] == [None, None, None]
     assert track.first_position(1) == 0 and track.first_position(4) == (4 if coalesced else 3)
+
+
+def test_tracks_that_agree_are_compared_as_whole_slices_wherever_their_ranges_end(monkeypatch):
+    """Ranks dumped at different moments: rank 0 holds #1-#10 (the reference), rank 1 #5-#12 (past
+    the reference's end), rank 2 #3-#6 (ending before it), all alike. Each track is compared with
+    the reference, and with the spread once made, as one C-level comparison of the slices both hold:
+    the walk place by place (the only use of enumerate in align) is for slices that differ, and
+    here none does (`_compare_columns` 37, 42, 43 took a slice of the track past the reference's
+    end, 45, 50, 51 one of the reference past the track's, `_Spread._compare` 3 an empty one: the
+    walk for every track, tens of thousands of places for each of thousands of ranks)."""
+    world = {"0": ("default_pg", (0, 1, 2))}
+    held = {0: (1, 10), 1: (5, 12), 2: (3, 6)}
+    walked = []
+    monkeypatch.setattr(align, "enumerate", lambda *args: walked.append(args) or enumerate(*args), raising=False)
+    view = _view({rank: nccl(ops(last - first + 1, start=first, backend="nccl", state="completed"), world, first_record=first - 1)
+                  for rank, (first, last) in held.items()})
+    view.SPREAD_AFTER = 0
+    assert view.lowest_issuer(11)[0] == 1 and view.lowest_issuer(2)[0] == 0
+    assert (view.disputed, view.mixed_states, view._spread.odd_kinds, view._spread.odd_states) == ({3, 5}, set(), set(), set())  # the wrapped buffers' first ops
+    assert walked == []
