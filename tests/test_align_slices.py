@@ -351,3 +351,15 @@ def test_tracks_that_agree_are_compared_as_whole_slices_wherever_their_ranges_en
     assert view.lowest_issuer(11)[0] == 1 and view.lowest_issuer(2)[0] == 0
     assert (view.disputed, view.mixed_states, view._spread.odd_kinds, view._spread.odd_states) == ({3, 5}, set(), set(), set())  # the wrapped buffers' first ops
     assert walked == []
+
+
+@pytest.mark.parametrize("seq", [1, 3, 10])
+def test_once_the_spread_is_made_whether_a_seq_ids_issuers_are_alike_is_read_from_it(monkeypatch, seq):
+    """As for the state: once the spread is made, whether every issuer of a seq id holds one kind is
+    read from it, no track asked (`alike` 19 asked each issuer's track at every seq id)."""
+    view = _two_ranks(wrapped=0)
+    view.SPREAD_AFTER = 0
+    asked, kinds_at = [], Track.kinds_at
+    monkeypatch.setattr(Track, "kinds_at", lambda track, at: asked.append(track) or kinds_at(track, at))
+    assert view.alike(seq)
+    assert asked == []
