@@ -20,7 +20,6 @@ from frtrace.analysis import align
 from frtrace.analysis.align import Codes, GroupView, Track, _Spread, build_tracks
 from frtrace.loader import normalize
 from frtrace.reading.groups import resolve_groups
-from frtrace.types import wide_tables
 
 
 def _track(first: int, kinds: bytes, states: bytes) -> Track:
@@ -89,46 +88,28 @@ def _dumps(raw: dict[int, dict]) -> dict:
     return {rank: normalize(dump, rank, f"rank{rank}", "pickle") for rank, dump in raw.items()}
 
 
-def test_a_wide_map_is_made_into_tables_once_and_each_column_recoded_once(monkeypatch):
-    """300 distinct kinds in the job (150 sizes a rank): codes past a byte, so each rank's own
-    one-byte codes are widened through tables made from its map. The tables are made once per
-    map, whatever the columns recoded with it; a column asked again is the same object."""
-    dumps = _dumps({rank: make_dump([entry(seq=i + 1, sizes=((base + i,),)) for i in range(150)])
+@pytest.mark.parametrize("per_rank, made_by", [(150, "wide_tables"), (10, "translation_table")])
+def test_a_maps_tables_are_made_once_and_each_column_recoded_once(monkeypatch, per_rank, made_by):
+    """150 distinct kinds a rank (300 in the job): codes past a byte, so each rank's own one-byte
+    codes are widened through tables made from its map; 10 a rank: translated through one table.
+    The tables are made once per map, whatever the columns recoded with it (`_recoded` 18, 23 made
+    them again for each); a column asked again is the same object."""
+    dumps = _dumps({rank: make_dump([entry(seq=i + 1, sizes=((base + i,),)) for i in range(per_rank)])
                     for rank, base in ((0, 1), (1, 1000))})
     codes = Codes(dumps)
-    assert len(codes.kinds) == 300 and isinstance(dumps[1].entries.kind, bytes)
-    made = []
-
-    def counted(mapping):
-        made.append(mapping)
-        return wide_tables(mapping)
-
-    monkeypatch.setattr(types, "wide_tables", counted)  # what recode makes where it is given no tables
-    monkeypatch.setattr(align, "wide_tables", counted)
+    assert len(codes.kinds) == 2 * per_rank and isinstance(dumps[1].entries.kind, bytes)
+    made, maker = [], getattr(align, made_by)
+    for module in (types, align):  # types: what recode makes where it is given no tables
+        monkeypatch.setattr(module, made_by, lambda mapping: made.append(mapping) or maker(mapping))
     column = dumps[1].entries.kind
     recoded = codes.kinds_of(1, column)
-    assert list(recoded) == [150 + i for i in range(150)]
+    assert isinstance(recoded, bytes) == (made_by == "translation_table")
+    assert list(recoded) == [per_rank + i for i in range(per_rank)]
     assert codes.kinds_of(1, column) is recoded  # recoded once
     other = bytes(bytearray(column))  # another column (bytes(column) would be the same object)
     assert other is not column and list(codes.kinds_of(1, other)) == list(recoded)
-    assert made == [codes.kind_map(1)]  # one map, its tables made once (`_recoded` 18, 23 made them again)
-
-
-def test_a_narrow_maps_translation_table_is_made_once(monkeypatch):
-    """Fewer than 256 kinds: each rank's one-byte codes are translated through one table per map,
-    made once however many columns are recoded with it (`_recoded` 18, 23 made it per column)."""
-    dumps = _dumps({rank: make_dump([entry(seq=i + 1, sizes=((base + i,),)) for i in range(10)])
-                    for rank, base in ((0, 1), (1, 1000))})
-    codes = Codes(dumps)
-    made, table = [], align.translation_table
-    monkeypatch.setattr(align, "translation_table", lambda mapping: made.append(mapping) or table(mapping))
-    column = dumps[1].entries.kind
-    recoded = codes.kinds_of(1, column)
-    assert isinstance(recoded, bytes) and list(recoded) == [10 + i for i in range(10)]
-    assert codes.kinds_of(1, column) is recoded
-    other = bytes(bytearray(column))
-    assert codes.kinds_of(1, other) == recoded and codes.kinds_of(1, other[:5]) == recoded[:5]
-    assert made == [codes.kind_map(1)]
+    assert list(codes.kinds_of(1, other[:5])) == list(recoded[:5])
+    assert made == [codes.kind_map(1)]  # one map, its tables made once
 
 
 def test_a_group_of_p2p_ops_only_is_read_by_the_p2p_only_path(monkeypatch):
@@ -157,11 +138,17 @@ def _view(raw: dict[int, dict]) -> GroupView:
     return GroupView(group, {rank: build_tracks(dump, table, codes)[0][group] for rank, dump in dumps.items()}, dumps, codes)
 
 
+def _holding(held: dict[int, tuple[int, int]]) -> GroupView:
+    """The group of the ranks given, each holding all_reduce #first-#last alike, completed; a
+    buffer that does not start at #1 wrapped (its older records gone)."""
+    world = {"0": ("default_pg", tuple(held))}
+    return _view({rank: nccl(ops(last - first + 1, start=first, backend="nccl", state="completed"), world, first_record=first - 1)
+                  for rank, (first, last) in held.items()})
+
+
 def _two_ranks(wrapped: int | None) -> GroupView:
     """Two ranks all_reduce #1-#10 alike; the `wrapped` one's buffer kept only #6-#10."""
-    world = {"0": ("default_pg", (0, 1))}
-    return _view({rank: nccl(ops(10, backend="nccl", state="completed")[5 if rank == wrapped else 0:], world,
-                             first_record=5 if rank == wrapped else 0) for rank in (0, 1)})
+    return _holding({rank: (6 if rank == wrapped else 1, 10) for rank in (0, 1)})
 
 
 @pytest.mark.parametrize("wrapped", [0, 1])
@@ -281,14 +268,16 @@ def test_a_seq_id_past_every_members_last_has_no_issuer_once_the_spread_is_made(
 
 
 @pytest.mark.parametrize("seq", [1, 3, 10])
-def test_once_the_spread_is_made_an_agreed_seq_ids_state_is_read_from_it(monkeypatch, seq):
-    """Once the spread is made, the state every issuer of a seq id holds it in is read from it:
-    no track is asked (`end_states` 13 asked each issuer's track at every seq id)."""
+@pytest.mark.parametrize("question, track_asked, answer", [("end_states", "end_state", {"completed"}), ("alike", "kinds_at", True)])
+def test_once_the_spread_is_made_an_agreed_seq_ids_state_and_kind_are_read_from_it(monkeypatch, seq, question, track_asked, answer):
+    """Once the spread is made, the state every issuer of a seq id holds it in, and whether they
+    all hold one kind, are read from it: no track is asked (`end_states` 13 and `alike` 19 asked
+    each issuer's track at every seq id)."""
     view = _two_ranks(wrapped=0)
     view.SPREAD_AFTER = 0
-    asked, end_state = [], Track.end_state
-    monkeypatch.setattr(Track, "end_state", lambda track, at, codes: asked.append(track) or end_state(track, at, codes))
-    assert view.end_states(seq) == {"completed"}
+    asked, method = [], getattr(Track, track_asked)
+    monkeypatch.setattr(Track, track_asked, lambda track, *args: asked.append(track) or method(track, *args))
+    assert getattr(view, question)(seq) == answer
     assert asked == []
 
 
@@ -297,9 +286,7 @@ def test_a_long_running_jobs_lowest_holders_are_kept_for_the_reference_range_onl
     The lowest holder of each seq id is kept for the reference's ten seq ids, not for a list as
     long as the seq ids are large (`_compare_columns` 83 sized it by first + last: ten million
     places a group, 80 MB each); the owners of the agreed run read from it as before."""
-    world = {"0": ("default_pg", (0, 1))}
-    view = _view({rank: nccl(ops(10, start=5_000_001, backend="nccl", state="completed"), world, first_record=4_999_990)
-                  for rank in (0, 1)})
+    view = _holding({rank: (5_000_001, 5_000_010) for rank in (0, 1)})
     assert len(view._owner) == 10
     assert [(rank, first, last) for rank, _, first, last in view.owners(5_000_001, 5_000_010)] == [(0, 5_000_001, 5_000_010)]
 
@@ -341,25 +328,10 @@ def test_tracks_that_agree_are_compared_as_whole_slices_wherever_their_ranges_en
     here none does (`_compare_columns` 37, 42, 43 took a slice of the track past the reference's
     end, 45, 50, 51 one of the reference past the track's, `_Spread._compare` 3 an empty one: the
     walk for every track, tens of thousands of places for each of thousands of ranks)."""
-    world = {"0": ("default_pg", (0, 1, 2))}
-    held = {0: (1, 10), 1: (5, 12), 2: (3, 6)}
     walked = []
     monkeypatch.setattr(align, "enumerate", lambda *args: walked.append(args) or enumerate(*args), raising=False)
-    view = _view({rank: nccl(ops(last - first + 1, start=first, backend="nccl", state="completed"), world, first_record=first - 1)
-                  for rank, (first, last) in held.items()})
+    view = _holding({0: (1, 10), 1: (5, 12), 2: (3, 6)})
     view.SPREAD_AFTER = 0
     assert view.lowest_issuer(11)[0] == 1 and view.lowest_issuer(2)[0] == 0
     assert (view.disputed, view.mixed_states, view._spread.odd_kinds, view._spread.odd_states) == ({3, 5}, set(), set(), set())  # the wrapped buffers' first ops
     assert walked == []
-
-
-@pytest.mark.parametrize("seq", [1, 3, 10])
-def test_once_the_spread_is_made_whether_a_seq_ids_issuers_are_alike_is_read_from_it(monkeypatch, seq):
-    """As for the state: once the spread is made, whether every issuer of a seq id holds one kind is
-    read from it, no track asked (`alike` 19 asked each issuer's track at every seq id)."""
-    view = _two_ranks(wrapped=0)
-    view.SPREAD_AFTER = 0
-    asked, kinds_at = [], Track.kinds_at
-    monkeypatch.setattr(Track, "kinds_at", lambda track, at: asked.append(track) or kinds_at(track, at))
-    assert view.alike(seq)
-    assert asked == []
