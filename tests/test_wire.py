@@ -12,6 +12,7 @@ from conftest import make_dump, ops, write_dumps
 from frtrace.loader import compact, load_dumps, read_raw
 from frtrace.reading import wire
 from frtrace.reading.discover import find_dump_files
+from frtrace.types import GroupMoment
 
 WORLD = 64
 
@@ -37,20 +38,28 @@ def parts(tmp_path):
 
 def _sizes(packed: tuple) -> list[int]:
     """The bytes of each shared value a packed dump carries whole (0 where it names it alone)."""
-    (_, kinds), states, configs, stacks = packed[5]
-    return [len(blob or b"") for _, blob in (*(kinds or ()), states, *configs, stacks)]
+    (_, kinds, new_kinds), states, (configs, new_configs), stacks = packed[5]
+    sent = dict((*new_kinds, *new_configs))
+    return [len(sent.get(digest, b"")) for digest in (*(kinds or ()), *configs)] + [len(blob or b"") for _, blob in (states, stacks)]
+
+
+def _sent(named: tuple) -> dict:
+    """digest -> blob of the values a (digests, sent whole) pair names, None where named alone."""
+    digests, new = named
+    return {digest: dict(new).get(digest) for digest in digests}
 
 
 def test_a_shared_value_is_sent_whole_once_then_by_its_digest(parts):
     packer = wire.Packer()
     first, second = packer.pack(parts[0]), packer.pack(parts[1])  # ranks 0 and 1: one tp group, the same kinds
-    world_blob = first[5][2][0][1]
+    world = first[5][2][0][0]
+    world_blob = _sent(first[5][2])[world]
     assert world_blob is not None and len(world_blob) > WORLD  # the world's 64 ranks, in full
     assert _sizes(second) == [0] * len(_sizes(second))  # everything rank 1 shares with rank 0: digests only
     third = packer.pack(parts[2])  # rank 2: another tp group, so other kinds and config; the world again by digest
-    assert third[5][2][0] == (first[5][2][0][0], None)
-    assert third[5][2][1][1] is not None and third[5][0][1] is not None
-    assert wire.Packer().pack(parts[1])[5][2][0][1] == world_blob  # a new worker has sent nothing yet
+    assert list(_sent(third[5][2]).items())[0] == (world, None)
+    assert list(_sent(third[5][2]).values())[1] is not None and third[5][0][1] is not None
+    assert _sent(wire.Packer().pack(parts[1])[5][2])[world] == world_blob  # a new worker has sent nothing yet
 
 
 def test_the_main_process_gets_every_value_back_and_one_object_per_shared_value(parts):
@@ -61,6 +70,8 @@ def test_the_main_process_gets_every_value_back_and_one_object_per_shared_value(
             part.rank, part.path, part.version, part.notes, part.restarted)
         assert dump.group_configs == part.group_configs and dump.stacks == part.stacks
         assert dump.entries == part.entries and dump.entries.runs == part.entries.runs
+        assert dump.moments == part.moments and {type(m) for m in dump.moments} == {GroupMoment}  # crossed as plain tuples
+    assert all(part.moments for part in parts)
     worlds = {id(d.group_configs[0]) for d in dumps}
     assert len(worlds) == 1  # one config object for the world, however many dumps list it
     assert dumps[0].entries.kinds is dumps[1].entries.kinds  # same tp group, same kinds: one tuple
@@ -77,17 +88,19 @@ def test_two_workers_each_send_a_value_whole_and_the_main_process_keeps_one(part
     assert a.group_configs[0] is b.group_configs[0] is c.group_configs[0]
 
 
-@pytest.mark.parametrize("left_out", ["the kinds", "a kind", "the states"])
+@pytest.mark.parametrize("left_out", ["the kinds", "a kind", "the states", "a config"])
 def test_a_digest_never_sent_whole_is_refused(parts, left_out):
     packed = wire.Packer().pack(parts[0])
-    (digest, kinds), states, configs, stacks = packed[5]
+    (digest, kinds, new_kinds), states, (configs, new_configs), stacks = packed[5]
     if left_out == "the kinds":
         kinds = None
     elif left_out == "a kind":
-        kinds = ((kinds[0][0], None), *kinds[1:])
+        new_kinds = new_kinds[1:]
+    elif left_out == "a config":
+        new_configs = new_configs[:-1]
     else:
         states = (states[0], None)
-    unsent = packed[:5] + (((digest, kinds), states, configs, stacks),) + packed[6:]
+    unsent = packed[:5] + (((digest, kinds, new_kinds), states, (configs, new_configs), stacks),) + packed[6:]
     with pytest.raises(ValueError, match="never sent"):
         wire.Unpacker().dump(unsent)
 
@@ -97,9 +110,9 @@ def test_a_rank_of_another_group_sends_only_the_kinds_it_does_not_share(parts):
     cross as digests alone."""
     packer = wire.Packer()
     first, third = packer.pack(parts[0]), packer.pack(parts[2])
-    (_, kinds_0), (_, kinds_2) = first[5][0], third[5][0]
-    assert all(blob is not None for _, blob in kinds_0)
-    assert [blob is None for _, blob in kinds_2] == [kind.pg_name == "0" for kind in parts[2].entries.kinds]
+    kinds_0, kinds_2 = _sent(first[5][0][1:]), _sent(third[5][0][1:])
+    assert all(blob is not None for blob in kinds_0.values())
+    assert [blob is None for blob in kinds_2.values()] == [kind.pg_name == "0" for kind in parts[2].entries.kinds]
     assert any(kind.pg_name == "0" for kind in parts[2].entries.kinds)
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import marshal
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..types import Dump, EntryColumns, Frame, GroupConfig, GroupMoment, Kind, Unread
@@ -70,16 +70,16 @@ class Packer:
         self.sent.add(digest)
         return digest, blob
 
-    def _kinds(self, kinds: tuple[Kind, ...]) -> tuple[bytes, tuple | None]:
-        """A dump's kinds as (digest of the tuple, each kind named by its own digest, sent whole
-        the first time) the first time the tuple is met, else (digest, None): ranks of other groups
-        hold other tuples (a kind names its group), yet share each kind with their group's ranks."""
-        named = tuple(self._shared(tuple(kind)) for kind in kinds)
-        digest = blake2b(b"".join(d for d, _ in named), digest_size=_DIGEST_BYTES, person=_KINDS).digest()
-        if digest in self.sent:
-            return digest, None
+    def _kinds(self, kinds: tuple[Kind, ...]) -> tuple[bytes, tuple | None, tuple]:
+        """A dump's kinds as (digest of the tuple, each kind's digest, those sent whole now) the
+        first time the tuple is met, else (digest, None, ()): ranks of other groups hold other
+        tuples (a kind names its group), yet share each kind with their group's ranks."""
+        digests, new = _split(self._shared(tuple(kind)) for kind in kinds)
+        digest = blake2b(b"".join(digests), digest_size=_DIGEST_BYTES, person=_KINDS).digest()
+        if digest in self.sent:  # and so was each of its kinds: `new` is empty
+            return digest, None, ()
         self.sent.add(digest)
-        return digest, named
+        return digest, digests, new
 
     def _config(self, config: GroupConfig) -> tuple[bytes, bytes | None]:
         """A config, by its digest: the loader gives the same object for the same ranks text
@@ -144,9 +144,16 @@ class Packer:
                 tuple((named(run.positions), run.first_seq, named(run.kinds), named(run.states)) for run in entries.runs.values()))
         columns = (times, *self._columns(body), None if entries.runs is None else tuple(entries.runs))
         shared = (self._kinds(entries.kinds), self._shared(tuple(entries.states)),
-                  tuple(map(self._config, part.group_configs)), self._shared(_plain_stacks(part.stacks)))
+                  _split(map(self._config, part.group_configs)), self._shared(_plain_stacks(part.stacks)))
         return (part.rank, part.path, part.file_format, part.version, columns, shared, part.notes,
-                part.health, part.restarted, part.seq_counter, part.moments, part.recorder_off)
+                part.health, part.restarted, part.seq_counter, tuple(map(tuple, part.moments)), part.recorder_off)
+
+
+def _split(named: Iterable[tuple[bytes, bytes | None]]) -> tuple[tuple[bytes, ...], tuple[tuple[bytes, bytes], ...]]:
+    """Values each named by _shared as (their digests, (digest, blob) of those sent whole now): the
+    main process takes the first in one look-up each, and decodes the second (Unpacker._named)."""
+    named = tuple(named)
+    return tuple(digest for digest, _ in named), tuple(pair for pair in named if pair[1] is not None)
 
 
 def _key(named: tuple) -> Any:
@@ -181,14 +188,25 @@ class Unpacker:
             found = self.by_digest[digest] = make(marshal.loads(blob))
         return found
 
-    def _kinds(self, digest: bytes, named: tuple | None) -> tuple[Kind, ...]:
+    def _named(self, digests: tuple[bytes, ...], new: tuple[tuple[bytes, bytes], ...], make: Callable[[tuple], tuple]) -> tuple:
+        """The values named by `digests` (Packer: _split), `new` decoded first: sent whole by now."""
+        by_digest = self.by_digest
+        for digest, blob in new:
+            if digest not in by_digest:
+                by_digest[digest] = make(marshal.loads(blob))
+        try:
+            return tuple(map(by_digest.__getitem__, digests))
+        except KeyError:  # never: a worker sends a value whole before naming it alone
+            raise ValueError("a worker named a value it never sent") from None
+
+    def _kinds(self, digest: bytes, digests: tuple[bytes, ...] | None, new: tuple) -> tuple[Kind, ...]:
         """A dump's kinds, from Packer._kinds' answer: one tuple for each digest, one object for
         each kind."""
         found = self.by_digest.get(digest)
         if found is None:
-            if named is None:  # never: a worker sends a dump's kinds named one by one before naming them alone
+            if digests is None:  # never: a worker sends a dump's kinds named one by one before naming them alone
                 raise ValueError("a worker named kinds it never sent")
-            found = self.by_digest[digest] = tuple(self._shared(kind, blob, self._kind) for kind, blob in named)
+            found = self.by_digest[digest] = self._named(digests, new, self._kind)
         return found
 
     def _kind(self, plain: tuple) -> Kind:
@@ -232,7 +250,7 @@ class Unpacker:
         (kinds_at, states_at, configs_at, stacks_at) = shared
         kinds = self._kinds(*kinds_at)
         states = self._shared(*states_at, self._interned)
-        configs = tuple(self._shared(digest, blob, self._config) for digest, blob in configs_at)
+        configs = self._named(*configs_at, self._config)
         stacks = self._shared(*stacks_at, lambda plain: tuple(tuple(Frame(*f) for f in s) for s in plain))
         times, digest, body, names = columns
         timed = tuple(map(self._column, times)) if times else None  # before the body: Packer.pack named them first
