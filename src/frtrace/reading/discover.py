@@ -481,8 +481,8 @@ def _walk(directory: str):
         for entry in entries:
             if entry.name.startswith("."):  # hidden: editors' and frtrace's own temporary files
                 continue
-            below = os.path.join(relative, entry.name)
-            path = os.path.join(directory, below)
+            below = os.path.join(relative, entry.name) if relative else entry.name
+            path = entry.path  # os.path.join(directory, below), joined by the listing itself
             try:
                 folder, regular = entry.is_dir(follow_symlinks=False), entry.is_file(follow_symlinks=False)
             except OSError:  # gone since listed: said when read
