@@ -123,8 +123,8 @@ def render_text(analysis: Analysis, dumps: dict[int, Dump], skipped: tuple[Skipp
                  + (f" (not read: {c['not_read']})" if c["not_read"] else "")
                  for c in culprit_files(analysis, sources or {}, unread)[:8]]
         summary.append(["culprit files", "; ".join(shown) + ("; ..." if len(analysis.culprit_ranks) > 8 else "")])
-    failing = {rank: [c.failure_text() for c in dump.health if not c.passed] for rank, dump in dumps.items()}
-    failing = {rank: checks for rank, checks in failing.items() if checks}
+    failing = {rank: checks for rank, dump in dumps.items()
+               if dump.health and (checks := [c.failure_text() for c in dump.health if not c.passed])}
     if failing:  # the culprits' first: their device and error are what a person acts on
         ordered = sorted(failing, key=lambda r: (r not in analysis.culprit_ranks, r))
         summary.append(["failed health checks", "; ".join(f"rank {r}: {', '.join(failing[r][:4])}" for r in ordered[:8])])
