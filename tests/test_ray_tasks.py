@@ -50,3 +50,45 @@ def test_every_file_is_in_one_task_in_job_order_and_a_nodes_files_stay_on_it():
 def test_the_files_of_a_node_gone_are_not_given_to_another():
     tasks, gone = _cut(10, {"a": 1}, {f"f{index}": ("a" if index < 5 else "b") for index in range(10)})
     assert gone == [5, 6, 7, 8, 9] and [indices for _, indices in tasks] == [[0, 1, 2, 3, 4]]
+
+
+def test_a_nodes_listing_is_named_on_the_node_and_kept_whole_by_the_caller(tmp_path):
+    """_walk_here names a node's files node:path under node/ (cluster._labelled); the caller's
+    _merge keeps them and learns each one's node and its path there, a stack file's too, and no
+    device and inode numbers of the node's, which name nothing on the caller's machine."""
+    import os
+    import pickle
+
+    from conftest import make_dump, ops, write_dumps
+    from frtrace.reading.discover import Found, finish
+
+    write_dumps(tmp_path, {rank: make_dump(ops(2)) for rank in range(2)})
+    (tmp_path / "nccl_trace_rank_2").write_bytes(b"")  # empty beside the dumps: a rank killed before it dumped
+    (tmp_path / "nccl_trace_rank_3").write_bytes(b"core dumped")  # not a dump's first bytes: unreadable
+    os.mkfifo(tmp_path / "nccl_trace_rank_4")
+    (tmp_path / "README").write_text("notes")
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "rank_1.txt").write_text("Thread 1\n")
+    _, listed = cluster._walk_here(str(tmp_path), None, "node-b")
+    listed = pickle.loads(pickle.dumps(listed))  # as Ray brings it
+    reader, merged = Cluster.__new__(Cluster), Found()
+    reader.node_of = {}
+    reader._merge(merged, listed, Node("id-b", "node-b", 1))
+
+    def on_b(name: str) -> str:
+        return f"node-b:{tmp_path / name}"
+
+    assert [f.path for f in merged.candidates] == [on_b("nccl_trace_rank_0"), on_b("nccl_trace_rank_1")]
+    assert [f.path for f in merged.empty] == [on_b("nccl_trace_rank_2")]
+    assert [f.path for f, _ in merged.unreadable] == [on_b("nccl_trace_rank_3")]
+    assert [f.path for f, _ in merged.not_files] == [on_b("nccl_trace_rank_4")]
+    assert [s.path for s in merged.ignored] == [on_b("README")]
+    assert merged.stacks == [(1, on_b("stacks/rank_1.txt"))] and merged.marked == {f.path for f in merged.candidates}
+    first = merged.candidates[0]
+    assert (first.where, first.stem, first.host, first.source) == (
+        "node-b/nccl_trace_rank_0", "node-b/nccl_trace_rank_0", "node-b", str(tmp_path / "nccl_trace_rank_0"))
+    named = [*merged.candidates, *merged.empty, *(f for f, _ in merged.unreadable), *(f for f, _ in merged.not_files)]
+    assert reader.node_of == {**{f.path: ("id-b", f.source) for f in named},
+                              on_b("stacks/rank_1.txt"): ("id-b", str(tmp_path / "stacks" / "rank_1.txt"))}
+    assert not listed.identities and not merged.identities
+    assert [f.rank for f in finish(merged).files] == [0, 1, 2]

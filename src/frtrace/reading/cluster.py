@@ -6,11 +6,12 @@ Two ways:
   remote), and the files are read by tasks of 256 to 512 files (task_size), spread over the
   cluster's CPUs.
 - --node-local: the path is each node's own disk (a local TORCH_FR_DUMP_TEMP_FILE). A task per
-  alive node, pinned to it, walks its view of the path (discover.walked); the caller chooses the
-  job's files from every node's listing as from one folder whose subfolders are the nodes
-  (node-a/nccl_trace_rank_3: a node's files are known as `node-a:/its/path`), then each node's
-  files, and the stack files beside them, are read by tasks pinned to it. The caller never
-  opens a dump; two nodes holding one rank is the two-files error, naming each node and path.
+  alive node, pinned to it, walks its view of the path (discover.walked) and names what it found
+  as the node's (node-a/nccl_trace_rank_3: a node's files are known as `node-a:/its/path`); the
+  caller chooses the job's files from every node's listing as from one folder whose subfolders
+  are the nodes, then each node's files, and the stack files beside them, are read by tasks
+  pinned to it. The caller never opens a dump; two nodes holding one rank is the two-files
+  error, naming each node and path.
 
 A task reads its files as the local loader does, in a worker process of its own
 (reading.workers: a file that crashes or exhausts it costs that file, never the task), and sends
@@ -178,7 +179,7 @@ class Cluster:
         if not nodes:
             raise UsageError(f"--ray {printable(self.address)}: the cluster has no alive node with a CPU to read on")
         bare = os.path.basename(prefix) if prefix is not None else None
-        refs = {self._task(_walk_here, node).remote(path, bare): node for node in nodes}
+        refs = {self._task(_walk_here, node).remote(path, bare, node.label): node for node in nodes}
         merged = Found()
         listed: dict[str, Found] = {}
         for node, found, why in self._outcomes(refs):
@@ -195,26 +196,20 @@ class Cluster:
         return finish(merged, prefix is not None)
 
     def _merge(self, merged: Found, found: Found, node: Node) -> None:
-        """A node's listing into the cluster's, its files named node:path under the folder node/."""
-        label = node.label
-
-        def named(path: str) -> str:
-            shown = f"{label}:{path}"
-            self.node_of[shown] = (node.id, path)
-            return shown
-
-        def moved(dump_file: DumpFile) -> DumpFile:
-            return replace(dump_file, path=named(dump_file.path), where=f"{label}/{dump_file.where}",
-                           stem=f"{label}/{dump_file.stem}", host=label, source=dump_file.path)
-
-        merged.candidates += map(moved, found.candidates)
-        merged.empty += map(moved, found.empty)
-        merged.unreadable += [(moved(f), why) for f, why in found.unreadable]
-        merged.not_files += [(moved(f), why) for f, why in found.not_files]
-        merged.ignored += [replace(s, path=f"{label}:{s.path}") for s in found.ignored]
-        merged.skipped += [replace(s, path=f"{label}:{s.path}") for s in found.skipped]
-        merged.marked |= {f"{label}:{path}" for path in found.marked}
-        merged.stacks += [(rank, named(path)) for rank, path in found.stacks]
+        """A node's listing, its files already named node:path under the folder node/ (_labelled),
+        into the cluster's; each file's node and its path there kept for reading it."""
+        files = (*found.candidates, *found.empty, *(f for f, _ in found.unreadable), *(f for f, _ in found.not_files))
+        self.node_of.update((f.path, (node.id, f.source)) for f in files)
+        cut = len(node.label) + 1
+        self.node_of.update((path, (node.id, path[cut:])) for _, path in found.stacks)
+        merged.candidates += found.candidates
+        merged.empty += found.empty
+        merged.unreadable += found.unreadable
+        merged.not_files += found.not_files
+        merged.ignored += found.ignored
+        merged.skipped += found.skipped
+        merged.marked |= found.marked
+        merged.stacks += found.stacks
 
     def read_stacks(self, paths: list[str]) -> dict[str, tuple]:
         """The node-local stack files named, read and parsed on their nodes: path -> (threads,
@@ -319,9 +314,9 @@ def _failure(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------------- the tasks
 # Run on the cluster's nodes (Ray imports this module there): each returns plain data.
 
-def _walk_here(path: str, prefix: str | None) -> tuple[str, Found | str]:
-    """This node's listing of `path`, or why there is none (each task's answer comes with the
-    version of frtrace that made it)."""
+def _walk_here(path: str, prefix: str | None, label: str) -> tuple[str, Found | str]:
+    """This node's listing of `path`, its files named as the node `label`'s (_labelled), or why
+    there is none (each task's answer comes with the version of frtrace that made it)."""
     import stat as stat_module
 
     try:
@@ -329,7 +324,28 @@ def _walk_here(path: str, prefix: str | None) -> tuple[str, Found | str]:
             return __version__, "not a folder on this node"
     except OSError as exc:
         return __version__, f"not on this node ({exc.strerror})"
-    return __version__, walked(path, prefix)
+    return __version__, _labelled(walked(path, prefix), label)
+
+
+def _labelled(found: Found, label: str) -> Found:
+    """A node's listing with its files named `label:path` under the folder `label/`, their host
+    the node and their source the path on it: made on the node, so that the caller's share of a
+    listing is to keep it (a copy of each file made there cost it 6 us a file)."""
+
+    def moved(dump_file: DumpFile) -> DumpFile:
+        return replace(dump_file, path=f"{label}:{dump_file.path}", where=f"{label}/{dump_file.where}",
+                       stem=f"{label}/{dump_file.stem}", host=label, source=dump_file.path)
+
+    return Found(
+        candidates=list(map(moved, found.candidates)),
+        empty=list(map(moved, found.empty)),
+        unreadable=[(moved(f), why) for f, why in found.unreadable],
+        not_files=[(moved(f), why) for f, why in found.not_files],
+        ignored=[replace(s, path=f"{label}:{s.path}") for s in found.ignored],
+        skipped=[replace(s, path=f"{label}:{s.path}") for s in found.skipped],
+        marked={f"{label}:{path}" for path in found.marked},
+        stacks=[(rank, f"{label}:{path}") for rank, path in found.stacks],
+    )  # its files' identities left out: a node's device and inode numbers name nothing on the caller's machine
 
 
 def _read_here(jobs: list[tuple], times: bool, shared: bool) -> tuple[str, list[bytes]]:
