@@ -44,3 +44,18 @@ def test_a_folder_below_is_walked_and_hidden_ones_are_not(tmp_path):
     write_dumps(tmp_path / ".partial", {1: make_dump(ops(2))})
     found = walked(str(tmp_path))
     assert [os.path.relpath(f.path, tmp_path) for f in found.candidates] == [os.path.join("node-a", "nccl_trace_rank_0")]
+
+
+def test_a_listed_file_crosses_a_pickle_whole():
+    """DumpFile pickles as its fields (a node's listing reaches the caller so, --node-local): every
+    field comes back, none left at its default."""
+    import pickle
+    from dataclasses import fields
+
+    from frtrace.reading.discover import DumpFile
+
+    listed = DumpFile("node-a:/d/trace_3.json", 3, "trace_", "json", "node-a/trace_3", "node-a/trace_3.json", "node-a",
+                      "/d/trace_3.json", (512, 1024))
+    back = pickle.loads(pickle.dumps(listed, protocol=pickle.HIGHEST_PROTOCOL))
+    assert type(back) is DumpFile and back == listed
+    assert all(getattr(back, f.name) != f.default for f in fields(DumpFile))

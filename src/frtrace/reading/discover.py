@@ -11,7 +11,7 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 
 from ..errors import UsageError, display_path, printable
@@ -55,6 +55,12 @@ class DumpFile:
     host: str | None = None  # the host the folder or the name shows, where one does
     source: str = ""  # the file to read where it is not `path`: the copy of an archive's members
     span: tuple[int, int] | None = None  # (offset, length) of this member's bytes in `source`
+
+    def __reduce__(self):
+        """Pickled as its fields in order (a node's listing crosses to the caller, --node-local):
+        unpickled by one call of the class, half the caller's CPU of a frozen dataclass's own way,
+        which sets each field from Python."""
+        return DumpFile, tuple(getattr(self, f.name) for f in fields(self))
 
 
 @dataclass(frozen=True, slots=True)
