@@ -190,12 +190,10 @@ class Unpacker:
 
     def _named(self, digests: tuple[bytes, ...], new: tuple[tuple[bytes, bytes], ...], make: Callable[[tuple], tuple]) -> tuple:
         """The values named by `digests` (Packer: _split), `new` decoded first: sent whole by now."""
-        by_digest = self.by_digest
         for digest, blob in new:
-            if digest not in by_digest:
-                by_digest[digest] = make(marshal.loads(blob))
+            self._shared(digest, blob, make)
         try:
-            return tuple(map(by_digest.__getitem__, digests))
+            return tuple(map(self.by_digest.__getitem__, digests))
         except KeyError:  # never: a worker sends a value whole before naming it alone
             raise ValueError("a worker named a value it never sent") from None
 
