@@ -46,7 +46,8 @@ def _sizes(packed: tuple) -> list[int]:
 def _sent(named: tuple) -> dict:
     """digest -> blob of the values a (digests, sent whole) pair names, None where named alone."""
     digests, new = named
-    return {digest: dict(new).get(digest) for digest in digests}
+    sent = dict(new)
+    return {digest: sent.get(digest) for digest in digests}
 
 
 def test_a_shared_value_is_sent_whole_once_then_by_its_digest(parts):
