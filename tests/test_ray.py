@@ -73,6 +73,29 @@ def test_a_shared_folder_read_by_the_cluster_gives_the_local_runs_outputs_byte_f
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
 
 
+def test_a_shared_folder_is_listed_on_the_callers_own_node_and_its_files_guarded_as_the_callers(shared_cluster, tmp_path):
+    """The caller's own listing made to fail: the run still gives the local run's answer (the
+    listing was the task's), and a hard link to a dump outside the folder is refused as an output
+    (the task's device and inode numbers are the caller's), the dump left as it was."""
+    folder = tmp_path / "d"
+    shutil.copytree(SKIP, folder)
+    link = tmp_path / "link.pkl"
+    os.link(folder / "nccl_trace_rank_1", link)
+    before = link.read_bytes()
+    code = ("import sys; from frtrace import api, cli; api.find_dump_files = lambda *_: sys.exit('listed by the caller'); "
+            "sys.exit(cli.main(sys.argv[1:]))")
+
+    def through_the_cluster(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code, "-d", str(folder), "--ray", shared_cluster.address, *args],
+                              capture_output=True, text=True, timeout=180, check=False)
+
+    listed = through_the_cluster("--json", str(tmp_path / "r.json"))
+    assert listed.returncode == 1 and listed.stdout == frtrace("-d", str(folder)).stdout, listed.stderr
+    refused = through_the_cluster("-o", str(link))
+    assert refused.returncode == 2 and "that is a file of the dump folder" in refused.stderr, refused.stderr
+    assert link.read_bytes() == before
+
+
 def test_a_set_of_many_files_is_spread_over_tasks_and_read_in_order(shared_cluster, tmp_path):
     raw = {rank: make_dump(ops(6 if rank != 37 else 5, sizes=((rank % 7 + 1,),))) for rank in range(300)}  # 3 tasks
     folder = write_dumps(tmp_path / "d", raw)

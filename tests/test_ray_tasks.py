@@ -6,6 +6,8 @@ stay in job order and each node's files stay on it."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from frtrace.reading import cluster
@@ -92,3 +94,52 @@ def test_a_nodes_listing_is_named_on_the_node_and_kept_whole_by_the_caller(tmp_p
                               on_b("stacks/rank_1.txt"): ("id-b", str(tmp_path / "stacks" / "rank_1.txt"))}
     assert not listed.identities and not merged.identities
     assert [f.rank for f in finish(merged).files] == [0, 1, 2]
+
+
+def test_a_shared_folder_is_listed_by_a_task_only_where_it_sees_the_folder_as_the_caller_does(tmp_path):
+    """_find_here lists the folder as the caller would (device and inode numbers included: they
+    guard the inputs from being written over) where its view_of the folder is the caller's; where
+    anything of it differs (another folder, another user), or the folder cannot be listed, it
+    gives None, and the caller lists it itself and says why."""
+    import pickle
+    import shutil
+
+    from conftest import FIXTURES
+    from frtrace.reading.discover import find_dump_files
+
+    folder, other = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(FIXTURES / "skip_rank2", folder)
+    other.mkdir()
+    view = cluster.view_of(str(folder))
+    _, listed = cluster._find_here(str(folder), None, view)
+    listed = pickle.loads(pickle.dumps(listed))  # as Ray brings it
+    assert listed == find_dump_files(str(folder)) and len(listed.files) == 4 and len(listed.identities) == 4
+    assert cluster.view_of(str(other)) != view and cluster.view_of(str(folder)) == view
+    boot, places, user, group, groups = view
+    for elsewhere in (cluster.view_of(str(other)), (boot, places, user + 1, group, groups),
+                      (boot, places, user, group, [*groups, -1]), (b"another boot", places, user, group, groups)):
+        assert cluster._find_here(str(folder), None, elsewhere)[1] is None
+    assert cluster._find_here(str(tmp_path / "gone"), None, view)[1] is None
+    (tmp_path / "file").write_text("")
+    assert cluster._find_here(str(tmp_path / "file"), None, cluster.view_of(str(tmp_path / "file")))[1] is None
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="a process of other groups needs root")
+def test_a_process_reading_as_other_groups_does_not_list_the_callers_folder(tmp_path):
+    """A task whose worker reads as other groups may be refused files the caller may read: its
+    view_of the folder differs, so it lists nothing (a process of this machine made to hold
+    another group, as a Ray node started by another user would)."""
+    import pickle
+    import subprocess
+    import sys
+
+    view = cluster.view_of(str(tmp_path))
+    code = ("import os, pickle, sys; os.setgroups([*os.getgroups(), 54321]); from frtrace.reading import cluster; "
+            "print(cluster._find_here(sys.argv[1], None, pickle.loads(bytes.fromhex(sys.argv[2])))[1])")
+    said = subprocess.run([sys.executable, "-c", code, str(tmp_path), pickle.dumps(view).hex()], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert said.stdout.strip() == "None"
+    code = code.replace("[*os.getgroups(), 54321]", "os.getgroups()")  # the same groups: listed
+    said = subprocess.run([sys.executable, "-c", code, str(tmp_path), pickle.dumps(view).hex()], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert said.stdout.startswith("Discovery(")

@@ -45,7 +45,8 @@ def discovered(trace_dir: str, prefix: str | None, cluster: Cluster | None = Non
                node_local: bool = False) -> Iterator[Discovery]:
     """The dump files of a folder or an archive, for as long as the block reads them (an archive's
     members are copied out for it, and removed after), or under a URL (reading.remote); with
-    `node_local`, of the folder `trace_dir` on each node of the Ray `cluster` (reading.cluster)."""
+    `node_local`, of the folder `trace_dir` on each node of the Ray `cluster` (reading.cluster); a
+    folder the `cluster` reads is listed on this machine's Ray node where it can be (discover_shared)."""
     from .reading.remote import find_remote_dumps, is_url, local_path
 
     remote = is_url(trace_dir)
@@ -66,7 +67,11 @@ def discovered(trace_dir: str, prefix: str | None, cluster: Cluster | None = Non
             with unpacked(trace_dir, prefix) as discovery:
                 yield discovery
             return
-    yield find_remote_dumps(trace_dir, prefix) if remote else find_dump_files(trace_dir, prefix)
+    if remote:
+        yield find_remote_dumps(trace_dir, prefix)
+    else:
+        listed = cluster.discover_shared(trace_dir, prefix) if cluster is not None else None
+        yield listed if listed is not None else find_dump_files(trace_dir, prefix)
 
 
 @contextmanager

@@ -2,9 +2,11 @@
 run as Ray tasks where the files are, the analysis and the outputs left to the caller.
 
 Two ways:
-- A shared path (a shared filesystem, or a URL): the caller lists the set as ever (discover,
-  remote), and the files are read by tasks of 256 to 512 files (task_size), spread over the
-  cluster's CPUs.
+- A shared path (a shared filesystem, or a URL): the set is listed as ever (discover, remote),
+  a folder by a task on the caller's own Ray node where that node sees it as the caller does
+  (view_of: then the files' device and inode numbers, which guard them from being written over,
+  are the caller's too), else by the caller; the files are read by tasks of 256 to 512 files
+  (task_size), spread over the cluster's CPUs.
 - --node-local: the path is each node's own disk (a local TORCH_FR_DUMP_TEMP_FILE). A task per
   alive node, pinned to it, walks its view of the path (discover.walked) and names what it found
   as the node's (node-a/nccl_trace_rank_3: a node's files are known as `node-a:/its/path`); the
@@ -36,7 +38,8 @@ from dataclasses import replace
 from .. import __version__
 from ..errors import DumpError, UsageError, display_path, printable
 from ..types import SkippedFile
-from .discover import Discovery, DumpFile, Found, finish, walked
+from .discover import Discovery, DumpFile, Found, find_dump_files, finish, walked
+from .limits import confined
 from .remote import reason
 
 _TASK_FILES = 512  # files one task reads at most: a task's answers are held whole until it ends (0.6 kB a dump
@@ -170,6 +173,25 @@ class Cluster:
 
     def _late(self) -> str:
         return f"its Ray node did not answer within {self.timeout:g} s (--timeout)"
+
+    # ------------------------------------------------------------------------------ a shared path
+    def discover_shared(self, path: str, prefix: str | None) -> Discovery | None:
+        """The listing of the shared folder `path` (find_dump_files), made by a task on this
+        process's own Ray node where that node sees the folder as this process does (view_of);
+        None where it cannot be, or the task gave none: the caller then lists it itself, and
+        says what is wrong with it. The caller's share of a listing is then to keep it."""
+        if confined():  # frtrace mcp's roots bind this process only
+            return None
+        try:
+            here = view_of(path)
+        except OSError:
+            return None
+        own = self.ray.get_runtime_context().get_node_id()
+        node = next((node for node in self.nodes() if node.id == own), None)
+        if node is None:  # a node with no CPU to run it (a head started with --num-cpus 0)
+            return None
+        ((_, found, why),) = self._outcomes({self._task(_find_here, node).remote(path, prefix, here): None})
+        return found if why is None else None
 
     # ------------------------------------------------------------------------------ node-local
     def discover_on_nodes(self, path: str, prefix: str | None) -> Discovery:
@@ -313,6 +335,25 @@ def _failure(exc: BaseException) -> str:
 
 # ---------------------------------------------------------------------------------- the tasks
 # Run on the cluster's nodes (Ray imports this module there): each returns plain data.
+
+def view_of(path: str) -> tuple:
+    """What a process's view of the folder `path` hangs on: the kernel (its boot), the mount
+    namespace, the root folder, the folder itself (device and inode numbers), the user and groups
+    it reads as. Two processes of one view list one folder alike, file by file."""
+    with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
+        boot = handle.read()
+    places = [(found.st_dev, found.st_ino) for found in map(os.stat, ("/proc/self/ns/mnt", "/", path))]
+    return boot, places, os.geteuid(), os.getegid(), sorted(os.getgroups())
+
+
+def _find_here(path: str, prefix: str | None, view: tuple) -> tuple[str, Discovery | None]:
+    """The listing of `path` where this node sees it as the caller does (`view`), else None; None
+    too where it cannot be made, which the caller's own listing then says."""
+    try:
+        return __version__, find_dump_files(path, prefix) if view_of(path) == view else None
+    except (OSError, UsageError):
+        return __version__, None
+
 
 def _walk_here(path: str, prefix: str | None, label: str) -> tuple[str, Found | str]:
     """This node's listing of `path`, its files named as the node `label`'s (_labelled), or why

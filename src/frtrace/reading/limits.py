@@ -53,6 +53,11 @@ def confine(roots: tuple[str, ...]) -> None:
     _confined = tuple(os.path.realpath(root) for root in roots) or ("\x00",)  # no path lies under it
 
 
+def confined() -> bool:
+    """Whether this process reads only under frtrace mcp's roots (confine)."""
+    return bool(_confined)
+
+
 def under(real: str, roots: tuple[str, ...]) -> bool:
     """Whether the resolved path `real` is one of `roots` or lies inside one."""
     return any(real == root or real.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
