@@ -8,7 +8,8 @@ Ray's workers warm) with each phase wrapped by two timers: of the process's CPU 
 every thread of the caller, Ray's driver threads among them, none of its workers or tasks) and of
 the main thread's (time.thread_time: frtrace's own work; a phase that waits, as Ray's wait does,
 counts under the process the CPU other threads spent meanwhile). It prints each phase's CPU per
-dump of the last run by both, in ms: listing the folder, reading (load:
+dump of the last run by both, in ms: listing the folder (with --ray, by a task on this machine's
+node where it can), reading (load:
 receiving each dump and making it, which with --ray splits into submitting tasks, Ray's wait and
 get, unpickling each answer and unpacking it), groups, the analysis (its steps: tracks, group
 views, blockers, ...), the database built and written, and the rest. With --ray it also says the
@@ -73,6 +74,8 @@ class Phases:
 def instrumented() -> Phases:
     phases = Phases()
     phases.wrap(discover, "walked", "listing (walk)")
+    if hasattr(cluster.Cluster, "discover_shared"):  # an older checkout (this script copied into it) lists without it
+        phases.wrap(cluster.Cluster, "discover_shared", "listing (a task on this node)")
     phases.wrap(api, "load_dumps", "load")
     phases.wrap(cluster.Cluster, "_step", "  load: Ray wait + get")
     phases.wrap(wire.Unpacker, "dump", "  load: unpack")

@@ -1,12 +1,14 @@
-"""What the caller spends taking each dump's answer and each node's listing, per file (issue 51).
+"""What the caller spends taking each dump's answer and each listing, per file (issue 51).
 
     python benchmarks/caller_takes.py SET [--src SRC] [--repeat 9]
 
-Two of the caller's steps timed alone, in one process, by its own thread's CPU (time.thread_time),
+The caller's steps timed alone, in one process, by its own thread's CPU (time.thread_time),
 the best of --repeat: taking each worker's answer (pickle.loads of what a worker or a Ray task
 sent, then wire.Unpacker.dump: the answers made once beforehand by 2 local workers, times not
 asked, as `-o` alone asks) and taking a node's listing with --node-local (unpickling what the
-node's listing task sends, Cluster._merge, discover.finish). --src runs another checkout's
+node's listing task sends, Cluster._merge, discover.finish); and a shared folder's listing, made
+on the caller (discover.find_dump_files) or, with --ray, taken from the task that made it on the
+caller's own node (unpickling the Discovery cluster._find_here sends). --src runs another checkout's
 frtrace (e.g. a git worktree of an older commit): run both, alternated, to compare them pair by
 pair on this noisy machine. A benchmark, not a test: it asserts nothing, it reports.
 """
@@ -63,12 +65,21 @@ def main(argv=None) -> int:
         reader._merge(merged, pickle.loads(listing), node)
         discover.finish(merged)
 
+    find_here = getattr(cluster, "_find_here", None)  # older checkouts listed a shared folder on the caller
+    shared = pickle.dumps(find_here(args.set, None, cluster.view_of(args.set))[1], protocol=pickle.HIGHEST_PROTOCOL) \
+        if find_here else None
+
     count = len(files)
     answer_us = best_of(args.repeat, take_answers) / count * 1e6
     listing_us = best_of(args.repeat, take_listing) / count * 1e6
-    print(f"{args.src}: {count} files; taking each answer {answer_us:.1f} us ({sum(map(len, answers)) / count:.0f} bytes "
-          f"an answer), a node's listing {listing_us:.1f} us ({len(listing) / count:.0f} bytes a file), of the caller's CPU "
-          "a file")
+    folder_us = best_of(args.repeat, lambda: discover.find_dump_files(args.set)) / count * 1e6
+    print(f"{args.src}: {count} files; of the caller's CPU a file: taking each answer {answer_us:.1f} us "
+          f"({sum(map(len, answers)) / count:.0f} bytes an answer), a node's listing {listing_us:.1f} us "
+          f"({len(listing) / count:.0f} bytes a file); a shared folder listed here {folder_us:.1f} us", end="")
+    if shared is not None:
+        taken_us = best_of(args.repeat, lambda: pickle.loads(shared)) / count * 1e6
+        print(f", taken from a task on this node {taken_us:.1f} us ({len(shared) / count:.0f} bytes a file)", end="")
+    print()
     return 0
 
 
