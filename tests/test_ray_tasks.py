@@ -143,3 +143,34 @@ def test_a_process_reading_as_other_groups_does_not_list_the_callers_folder(tmp_
     said = subprocess.run([sys.executable, "-c", code, str(tmp_path), pickle.dumps(view).hex()], capture_output=True,
                           text=True, timeout=60, check=True)
     assert said.stdout.startswith("Discovery(")
+
+
+class _Driver:
+    """A stand-in for the ray module as discover_shared asks it: this driver's node, the cluster's
+    nodes; it runs no task (a task asked of it fails the test)."""
+
+    def __init__(self, node_id: str | None, nodes: list[dict]) -> None:
+        self.node_id, self.listed = node_id, nodes
+
+    def get_runtime_context(self):
+        if self.node_id is None:
+            raise RuntimeError("this driver has no node of its own")
+        return self
+
+    def get_node_id(self) -> str:
+        return self.node_id
+
+    def nodes(self) -> list[dict]:
+        return self.listed
+
+
+@pytest.mark.parametrize("node_id, nodes", [
+    (None, [{"NodeID": "head", "Alive": True, "Resources": {"CPU": 4}}]),  # a Ray Client's driver, refused its node
+    ("head", [{"NodeID": "head", "Alive": True, "Resources": {}}, {"NodeID": "worker", "Alive": True,
+                                                                    "Resources": {"CPU": 4}}]),  # --num-cpus 0
+    ("head", [{"NodeID": "worker", "Alive": True, "Resources": {"CPU": 4}}]),  # its node gone meanwhile
+])
+def test_a_driver_whose_own_node_cannot_list_leaves_the_listing_to_the_caller(tmp_path, node_id, nodes):
+    reader = Cluster.__new__(Cluster)
+    reader.ray, reader._remote = _Driver(node_id, nodes), {}
+    assert reader.discover_shared(str(tmp_path), None) is None

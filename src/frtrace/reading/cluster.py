@@ -186,7 +186,10 @@ class Cluster:
             here = view_of(path)
         except OSError:
             return None
-        own = self.ray.get_runtime_context().get_node_id()
+        try:
+            own = self.ray.get_runtime_context().get_node_id()
+        except Exception:  # noqa: BLE001 - a driver without a node of its own (Ray Client) may be refused it
+            return None
         node = next((node for node in self.nodes() if node.id == own), None)
         if node is None:  # a node with no CPU to run it (a head started with --num-cpus 0)
             return None
