@@ -96,6 +96,24 @@ def test_a_shared_folder_is_listed_on_the_callers_own_node_and_its_files_guarded
     assert link.read_bytes() == before
 
 
+def test_a_shared_folder_is_listed_on_the_callers_node_though_its_every_cpu_is_held(tmp_path):
+    """A hung job's workers may hold every CPU of the caller's node: the listing task asks for
+    none, so it runs at once (asking for one, it would wait out the deadline, then leave the
+    listing to the caller, whose own listing is made to fail here)."""
+    code = ("import sys, time, ray; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); "
+            "nap = lambda seconds: time.sleep(seconds); held = ray.remote(num_cpus=1)(nap).remote(600); "
+            "ray.wait([ray.remote(num_cpus=0)(nap).remote(0)]); time.sleep(1); "
+            "from frtrace import api; from frtrace.reading.cluster import Cluster; "
+            "api.find_dump_files = lambda *_: sys.exit('listed by the caller'); "
+            "listed = Cluster(sys.argv[1], timeout=15).discover_shared(sys.argv[2], None); "
+            "print(ray.available_resources().get('CPU', 0), [f.rank for f in listed.files])")
+    with RayCluster(nodes=1, cpus=1) as cluster:
+        said = subprocess.run([sys.executable, "-c", code, cluster.address, str(SKIP)], capture_output=True, text=True,
+                              timeout=180, check=False)
+    assert said.returncode == 0, said.stderr[-2000:]
+    assert said.stdout.split()[-5:] == ["0", "[0,", "1,", "2,", "3]"]  # no CPU free, every rank listed
+
+
 def test_a_set_of_many_files_is_spread_over_tasks_and_read_in_order(shared_cluster, tmp_path):
     raw = {rank: make_dump(ops(6 if rank != 37 else 5, sizes=((rank % 7 + 1,),))) for rank in range(300)}  # 3 tasks
     folder = write_dumps(tmp_path / "d", raw)

@@ -166,9 +166,8 @@ class _Driver:
 
 @pytest.mark.parametrize("node_id, nodes", [
     (None, [{"NodeID": "head", "Alive": True, "Resources": {"CPU": 4}}]),  # a Ray Client's driver, refused its node
-    ("head", [{"NodeID": "head", "Alive": True, "Resources": {}}, {"NodeID": "worker", "Alive": True,
-                                                                    "Resources": {"CPU": 4}}]),  # --num-cpus 0
-    ("head", [{"NodeID": "worker", "Alive": True, "Resources": {"CPU": 4}}]),  # its node gone meanwhile
+    ("head", [{"NodeID": "head", "Alive": False, "Resources": {"CPU": 4}}]),  # its node dead meanwhile
+    ("head", [{"NodeID": "worker", "Alive": True, "Resources": {"CPU": 4}}]),  # ... and gone from the list
 ])
 def test_a_driver_whose_own_node_cannot_list_leaves_the_listing_to_the_caller(tmp_path, node_id, nodes):
     reader = Cluster.__new__(Cluster)

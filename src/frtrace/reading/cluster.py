@@ -126,11 +126,11 @@ class Cluster:
                       max(1, int(n["Resources"]["CPU"]))) for n, name in zip(alive, names)]
         return sorted(found, key=lambda node: node.label)
 
-    def _task(self, function, node: Node | None = None):
-        """`function` as a Ray task, pinned to `node` where given, never retried."""
+    def _task(self, function, node: Node | None = None, cpus: int = 1):
+        """`function` as a Ray task of `cpus` CPUs, pinned to `node` where given, never retried."""
         remote = self._remote.get(function)
         if remote is None:
-            remote = self._remote[function] = self.ray.remote(num_cpus=1, max_retries=0)(function)
+            remote = self._remote[function] = self.ray.remote(num_cpus=cpus, max_retries=0)(function)
         if node is None:
             return remote
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -190,10 +190,12 @@ class Cluster:
             own = self.ray.get_runtime_context().get_node_id()
         except Exception:  # noqa: BLE001 - a driver without a node of its own (Ray Client) may be refused it
             return None
-        node = next((node for node in self.nodes() if node.id == own), None)
-        if node is None:  # a node with no CPU to run it (a head started with --num-cpus 0)
+        if not any(node.get("Alive") and node.get("NodeID") == own for node in self.ray.nodes()):
             return None
-        ((_, found, why),) = self._outcomes({self._task(_find_here, node).remote(path, prefix, here): None})
+        # no CPU asked: a listing is a short wait on the disk, run though the node's CPUs are all held
+        # (a hung job's workers) or it has none (a head started with --num-cpus 0)
+        task = self._task(_find_here, Node(own, own, 0), cpus=0)
+        ((_, found, why),) = self._outcomes({task.remote(path, prefix, here): None})
         return found if why is None else None
 
     # ------------------------------------------------------------------------------ node-local
