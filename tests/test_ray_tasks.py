@@ -173,3 +173,13 @@ def test_a_driver_whose_own_node_cannot_list_leaves_the_listing_to_the_caller(tm
     reader = Cluster.__new__(Cluster)
     reader.ray, reader._remote = _Driver(node_id, nodes), {}
     assert reader.discover_shared(str(tmp_path), None) is None
+
+
+def test_a_process_confined_to_roots_lists_a_shared_folder_itself(tmp_path, monkeypatch):
+    """frtrace mcp's roots bind the caller's process only: a task on its node would list unconfined."""
+    from frtrace.reading import limits
+
+    monkeypatch.setattr(limits, "_confined", (str(tmp_path),))
+    reader = Cluster.__new__(Cluster)
+    reader.ray, reader._remote = _Driver("head", [{"NodeID": "head", "Alive": True, "Resources": {"CPU": 4}}]), {}
+    assert reader.discover_shared(str(tmp_path), None) is None
