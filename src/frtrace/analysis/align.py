@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import compress, groupby, islice, repeat
+from itertools import compress, islice, repeat
 from operator import itemgetter, ne
 from typing import NamedTuple
 
@@ -429,6 +429,15 @@ def _lowest_holders(columns: list[tuple[int, Track]], first: int, count: int) ->
     return owners
 
 
+def _range_ends(columns: list[tuple[int, Track]], first: int, count: int) -> list[int]:
+    """The places (from `first`, within 0..count) where a column track's range starts or ends
+    past its last seq id, in order: where _lowest_holders' owner may change."""
+    ends = set()
+    for start, last in {(track.first_seq, track.last_seq) for _, track in columns}:
+        ends.update((min(max(start - first, 0), count), min(max(last - first + 1, 0), count)))
+    return sorted(ends)
+
+
 class _Spread:
     """What a group's column tracks hold, over every seq id any of them holds (from `first`):
     per seq id the kind and state code of its holders (None where none holds it), the places
@@ -537,6 +546,8 @@ class GroupView:
             lo, hi = max(first, ref.first_seq), min(last, ref.last_seq)
             if lo > hi:
                 continue
+            if first == ref.first_seq and track.kinds is ref.kinds and track.states is ref.states:
+                continue  # one column object (wire.Unpacker, Codes) over one range: nothing differs
             mine, theirs = slice(lo - first, hi - first + 1), slice(lo - ref.first_seq, hi - ref.first_seq + 1)
             if track.kinds[mine] != ref.kinds[theirs]:
                 disputed.update(lo + i for i, (a, b) in enumerate(zip(track.kinds[mine], ref.kinds[theirs])) if a != b)
@@ -548,7 +559,9 @@ class GroupView:
         disputed.update(self._unit_seqs)
         disputed.update(self.cut.values())
         self._agreed = self._agreed_flags()
-        self._owner = _lowest_holders(columns, ref.first_seq, ref.last_seq - ref.first_seq + 1)
+        count = ref.last_seq - ref.first_seq + 1
+        self._owner = _lowest_holders(columns, ref.first_seq, count)
+        self._owner_cuts = _range_ends(columns, ref.first_seq, count)
 
     def agreed(self, seq: int) -> bool:
         """Every issuer of #seq holds one kind, which breaks no size rule: the check has nothing to find."""
@@ -587,12 +600,21 @@ class GroupView:
         """Agreed seq ids first..last, split where their lowest issuing rank changes:
         (rank, its track, first seq id, last seq id) per part."""
         base = self.reference.first_seq
-        seq = first
-        for _, same in groupby(self._owner[first - base:last - base + 1], key=id):
-            same = list(same)
-            rank, track = same[0]
-            yield rank, track, seq, seq + len(same) - 1
-            seq += len(same)
+        start, end = first - base, last - base + 1
+        if start >= end:
+            return
+        # the lowest holder changes only where some track's range starts or ends: looked at there
+        # alone, not at every seq id (a group of ranks dumped together holds one range)
+        cuts = self._owner_cuts
+        owner = self._owner
+        held = owner[start]
+        for at in (*cuts[bisect_right(cuts, start):bisect_left(cuts, end)], end):
+            if at < end and owner[at] is held:
+                continue
+            rank, track = held
+            yield rank, track, start + base, at - 1 + base
+            start = at
+            held = owner[at] if at < end else None
 
     def alike(self, seq: int) -> bool:
         """Every issuer of #seq holds the same kinds in the same order, none of them breaking a

@@ -1,0 +1,80 @@
+"""align.py on columns that ranks share (wire.Unpacker keeps one object for equal columns): one
+object is one content, never one range of seq ids; and a group's lowest holders, read where the
+tracks' ranges start and end, are those of every seq id asked one by one. SYNTHETIC NCCL dumps
+built from format.md, read as a run reads them (loader, wire)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import entry, make_dump, ops, write_dumps
+from test_matcher import nccl
+
+from frtrace import matcher
+from frtrace.analysis.align import Codes, GroupView, build_tracks
+from frtrace.loader import load_dumps
+from frtrace.reading.discover import find_dump_files
+from frtrace.reading.groups import resolve_groups
+
+
+def _loaded(tmp_path, raw: dict[int, dict]) -> dict:
+    write_dumps(tmp_path, raw)
+    return load_dumps(find_dump_files(str(tmp_path))).dumps
+
+
+def _view(dumps: dict) -> GroupView:
+    table, codes = resolve_groups(dumps, frozenset(dumps)), Codes(dumps)
+    (group,) = table.groups
+    return GroupView(group, {rank: build_tracks(dump, table, codes)[0][group] for rank, dump in dumps.items()}, dumps, codes)
+
+
+def test_one_column_object_over_shifted_seq_ids_is_compared_place_by_place(tmp_path):
+    """Ranks 0 and 1 each hold all_reduce, broadcast, all_reduce, broadcast: rank 0 as #1-#4,
+    rank 1 (its buffer wrapped) as #2-#5. Their kind columns are equal bytes, so one object once
+    read, yet at #2-#4 they hold other ops: rank 1 issued all_reduce as #2 where rank 0 issued
+    broadcast. Those seq ids are not agreed, and the analysis finds the ops' types differ there (a column taken as equal
+    because it is the same object missed the mismatch)."""
+    world = {"0": ("default_pg", (0, 1))}
+    pattern = ["all_reduce", "broadcast"] * 2
+    raw = {rank: nccl([entry(seq=first + i, op=op, backend="nccl", state="completed") for i, op in enumerate(pattern)],
+                      world, first_record=first - 1)
+           for rank, first in ((0, 1), (1, 2))}
+    dumps = _loaded(tmp_path, raw)
+    assert dumps[0].entries.kind is dumps[1].entries.kind  # shared, as a real run shares it
+    view = _view(dumps)
+    assert [seq for seq in range(1, 6) if view.agreed(seq)] == [1]
+    table = resolve_groups(dumps, frozenset(dumps))
+    analysis = matcher.analyze(dumps, table)
+    assert analysis.verdict != "clean"
+    assert any(f.kind == "type_mismatch" and 2 <= f.collective_seq_id <= 4 for f in analysis.findings)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_groups_owners_are_the_lowest_holder_of_each_seq_id(tmp_path, seed):
+    """Ranks dumped at different moments hold ranges of their own of one all_reduce run; each
+    part `owners` gives is the lowest rank holding every seq id of it, and a part ends where that
+    rank changes (asked of every seq id one by one, over random ranges and questions)."""
+    rng = random.Random(seed)
+    ranks = range(rng.randint(2, 7))
+    world = {"0": ("default_pg", tuple(ranks))}
+    held = {}
+    for rank in ranks:
+        first = rng.randint(1, 30)
+        held[rank] = (first, first + rng.randint(0, 30))
+    raw = {rank: nccl(ops(last - first + 1, start=first, backend="nccl", state="completed"), world, first_record=first - 1)
+           for rank, (first, last) in held.items()}
+    view = _view(_loaded(tmp_path, raw))
+    reference = view.reference
+    for _ in range(20):
+        first = rng.randint(reference.first_seq, reference.last_seq)
+        last = rng.randint(first, reference.last_seq)
+        lowest = [min(rank for rank, (a, b) in held.items() if a <= seq <= b) for seq in range(first, last + 1)]
+        expected = []
+        for seq, rank in zip(range(first, last + 1), lowest):
+            if expected and expected[-1][0] == rank:
+                expected[-1][2] = seq
+            else:
+                expected.append([rank, seq, seq])
+        assert [[rank, a, b] for rank, _, a, b in view.owners(first, last)] == expected
