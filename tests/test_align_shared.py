@@ -78,3 +78,32 @@ def test_a_groups_owners_are_the_lowest_holder_of_each_seq_id(tmp_path, seed):
             else:
                 expected.append([rank, seq, seq])
         assert [[rank, a, b] for rank, _, a, b in view.owners(first, last)] == expected
+
+
+@pytest.mark.parametrize("held", [
+    {0: (1, 10), 1: (1, 10)},  # dumped together: one range
+    {0: (5, 10), 1: (1, 4)},  # touching ranges: no gap
+    {0: (1, 10), 1: (3, 5)},  # nested
+    {0: (1, 10), 1: (3, 5), 2: (8, 12)},  # nested, then one past the end
+    {0: (1, 4), 1: (7, 9)},  # a gap: #5 and #6 held by nobody
+    {0: (1, 4), 1: (6, 9)},  # a gap of one: #5
+    {0: (1, 4), 1: (2, 3), 2: (9, 9)},  # a gap after nested ones
+])
+def test_a_groups_seq_ids_are_those_some_member_holds(tmp_path, held):
+    """`seqs` lists every seq id some member holds, in order, and none that nobody holds."""
+    world = {"0": ("default_pg", tuple(held))}
+    raw = {rank: nccl(ops(last - first + 1, start=first, backend="nccl", state="completed"), world, first_record=first - 1)
+           for rank, (first, last) in held.items()}
+    view = _view(_loaded(tmp_path, raw))
+    assert list(view.seqs()) == sorted({seq for first, last in held.values() for seq in range(first, last + 1)})
+
+
+def test_a_groups_seq_ids_count_those_only_a_coalesced_unit_holds(tmp_path):
+    """Rank 0 holds all_reduce #1-#3 by column; rank 1 #1-#3 and then a coalesced group as #4,
+    a track of units: #4 is a seq id of the group though no column track holds it."""
+    world = {"0": ("default_pg", (0, 1))}
+    done = {"backend": "nccl", "state": "completed"}
+    coalesced = [entry(seq=4, **done), entry(seq=4, **done), entry(seq=4, op="coalesced", sizes=(), **done)]
+    view = _view(_loaded(tmp_path, {0: nccl(ops(3, **done), world), 1: nccl(ops(3, **done) + coalesced, world)}))
+    assert view.tracks[0].units is None and view.tracks[1].units is not None
+    assert list(view.seqs()) == [1, 2, 3, 4]

@@ -710,7 +710,18 @@ class GroupView:
         count = bisect_left(self._last_values, seq)
         return tuple(sorted(rank for _, rank in self._lasts[:count])) if count else ()
 
-    def seqs(self) -> list[int]:
+    def seqs(self) -> Sequence[int]:
+        """Every seq id some issuer holds, in order: a range where the column tracks' ranges
+        leave no gap and no unit track adds any (a group's tracks mostly hold one range)."""
+        ranges = sorted({(t.first_seq, t.last_seq) for _, t in self._collective if t.units is None})
+        if ranges and all(t.units is None for _, t in self._collective):
+            first, last = ranges[0]
+            for start, end in ranges[1:]:
+                if start > last + 1:
+                    break
+                last = max(last, end)
+            else:
+                return range(first, last + 1)
         found: set[int] = set()
         for first, last in {(t.first_seq, t.last_seq) for _, t in self._collective if t.units is None}:
             found.update(range(first, last + 1))
