@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from conftest import entry, make_dump, ops, write_dumps
+from conftest import entry, ops, write_dumps
 from test_matcher import nccl
 
 from frtrace import matcher
@@ -34,8 +34,8 @@ def test_one_column_object_over_shifted_seq_ids_is_compared_place_by_place(tmp_p
     """Ranks 0 and 1 each hold all_reduce, broadcast, all_reduce, broadcast: rank 0 as #1-#4,
     rank 1 (its buffer wrapped) as #2-#5. Their kind columns are equal bytes, so one object once
     read, yet at #2-#4 they hold other ops: rank 1 issued all_reduce as #2 where rank 0 issued
-    broadcast. Those seq ids are not agreed, and the analysis finds the ops' types differ there (a column taken as equal
-    because it is the same object missed the mismatch)."""
+    broadcast. Those seq ids are not agreed, and the analysis finds the ops' types differ there (a
+    column taken as equal because it is the same object missed the mismatch)."""
     world = {"0": ("default_pg", (0, 1))}
     pattern = ["all_reduce", "broadcast"] * 2
     raw = {rank: nccl([entry(seq=first + i, op=op, backend="nccl", state="completed") for i, op in enumerate(pattern)],

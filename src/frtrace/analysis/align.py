@@ -429,11 +429,11 @@ def _lowest_holders(columns: list[tuple[int, Track]], first: int, count: int) ->
     return owners
 
 
-def _range_ends(columns: list[tuple[int, Track]], first: int, count: int) -> list[int]:
-    """The places (from `first`, within 0..count) where a column track's range starts or ends
-    past its last seq id, in order: where _lowest_holders' owner may change."""
+def _range_ends(ranges: Iterable[tuple[int, int]], first: int, count: int) -> list[int]:
+    """The places (from `first`, within 0..count) where a column track's range (first and last
+    seq id) starts or ends past its last seq id, in order: where _lowest_holders' owner may change."""
     ends = set()
-    for start, last in {(track.first_seq, track.last_seq) for _, track in columns}:
+    for start, last in ranges:
         ends.update((min(max(start - first, 0), count), min(max(last - first + 1, 0), count)))
     return sorted(ends)
 
@@ -535,6 +535,7 @@ class GroupView:
         self.disputed: set[int] = set()  # seq ids of the reference's range that need the check entry by entry
         self.mixed_states: set[int] = set()  # seq ids some issuer of which is in another state than the reference
         self._unit_seqs: set[int] = set()  # seq ids some unit track holds
+        self._ranges = sorted({(t.first_seq, t.last_seq) for _, t in columns})  # the column tracks' distinct ranges
         if not columns:
             return
         ref = self.reference = max(columns, key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
@@ -561,7 +562,7 @@ class GroupView:
         self._agreed = self._agreed_flags()
         count = ref.last_seq - ref.first_seq + 1
         self._owner = _lowest_holders(columns, ref.first_seq, count)
-        self._owner_cuts = _range_ends(columns, ref.first_seq, count)
+        self._owner_cuts = _range_ends(self._ranges, ref.first_seq, count)
 
     def agreed(self, seq: int) -> bool:
         """Every issuer of #seq holds one kind, which breaks no size rule: the check has nothing to find."""
@@ -713,7 +714,7 @@ class GroupView:
     def seqs(self) -> Sequence[int]:
         """Every seq id some issuer holds, in order: a range where the column tracks' ranges
         leave no gap and no unit track adds any (a group's tracks mostly hold one range)."""
-        ranges = sorted({(t.first_seq, t.last_seq) for _, t in self._collective if t.units is None})
+        ranges = self._ranges
         if ranges and all(t.units is None for _, t in self._collective):
             first, last = ranges[0]
             for start, end in ranges[1:]:
@@ -723,7 +724,7 @@ class GroupView:
             else:
                 return range(first, last + 1)
         found: set[int] = set()
-        for first, last in {(t.first_seq, t.last_seq) for _, t in self._collective if t.units is None}:
+        for first, last in ranges:
             found.update(range(first, last + 1))
         for _, track in self._collective:
             if track.units is not None:
