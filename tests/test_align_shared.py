@@ -107,3 +107,26 @@ def test_a_groups_seq_ids_count_those_only_a_coalesced_unit_holds(tmp_path):
     view = _view(_loaded(tmp_path, {0: nccl(ops(3, **done), world), 1: nccl(ops(3, **done) + coalesced, world)}))
     assert view.tracks[0].units is None and view.tracks[1].units is not None
     assert list(view.seqs()) == [1, 2, 3, 4]
+
+
+def test_ranks_sharing_one_run_whose_codes_mean_other_ops_or_states_keep_their_own(tmp_path):
+    """Each dump numbers its kinds and states in the order first held, so ranks 0, 1 and 2 hold
+    the same codes (kinds 0, 1, 0, states 0, 0, 1), read into one run object, which mean other
+    states on rank 1 (its first two ops scheduled, not completed) and other ops on rank 2
+    (broadcast first, not all_reduce). Each rank's track reads as its own entries (a run's
+    recoding kept once for ranks of other state maps, or of other kind maps, gave rank 1 or rank 2
+    rank 0's)."""
+    world = {"0": ("default_pg", (0, 1, 2))}
+    held = {0: (("all_reduce", "completed"), ("broadcast", "completed"), ("all_reduce", "scheduled")),
+            1: (("all_reduce", "scheduled"), ("broadcast", "scheduled"), ("all_reduce", "completed")),
+            2: (("broadcast", "completed"), ("all_reduce", "completed"), ("broadcast", "scheduled"))}
+    raw = {rank: nccl([entry(seq=i + 1, op=op, backend="nccl", state=state) for i, (op, state) in enumerate(ops_held)], world)
+           for rank, ops_held in held.items()}
+    dumps = _loaded(tmp_path, raw)
+    runs = [run for dump in dumps.values() for run in dump.entries.runs.values()]
+    assert len(runs) == 3 and runs[0] is runs[1] is runs[2]  # one object, as a real run shares it
+    table, codes = resolve_groups(dumps, frozenset(dumps)), Codes(dumps)
+    (group,) = table.groups
+    for rank, dump in dumps.items():
+        track = build_tracks(dump, table, codes)[0][group]
+        assert [(codes.kinds[k].op, codes.states[s]) for k, s in zip(track.kinds, track.states)] == list(held[rank])

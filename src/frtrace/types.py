@@ -409,7 +409,7 @@ class Dump:
         and assume it wrapped, which only makes the analysis more careful. A recorder reset
         (`restarted`) drops the older entries too.
         """
-        if not len(self.entries):
+        if not len(self.entries.kind):  # the columns' own length: EntryColumns.__len__ is a call of Python's
             return False
         first = self.entries.record_id[0]
         return first is None or first > 0 or self.restarted

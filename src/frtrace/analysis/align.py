@@ -205,6 +205,8 @@ class Codes:
         self._kind_maps, self._state_maps = kind_maps, state_maps
         self._tables: dict[int, tuple] = {}  # id of a map -> its bytes.translate table(s)
         self._recodings: dict[tuple[int, int], tuple] = {}  # ids of local codes and map -> (the codes, recoded)
+        self._columns: dict[tuple[int, int, int], tuple] = {}  # ids of a run and its maps -> (the run, its track's parts)
+        self._present: dict[int, tuple] = {}  # id of a track's kind codes -> (the codes, the distinct ones)
         # every code in a byte: then all tracks compare as bytes, else all as arrays (a dump's own
         # codes may not fit in a byte where the job's do: 300 groups running one op)
         self._narrow = (len(self.kinds) <= 256, len(self.states) <= 256)
@@ -218,6 +220,27 @@ class Codes:
 
     def states_of(self, rank: int, local: Sequence[int]) -> Sequence[int]:
         return self._recoded(local, self._state_maps[rank], self._narrow[1])
+
+    def column_track(self, rank: int, run: runs.Run, entries: EntryColumns) -> Track:
+        """The track of a rank's run of one entry per seq id, its codes made global: each run
+        that ranks share (wire.Unpacker) with equal maps recoded once, and found in one look-up."""
+        kind_map, state_map = self._kind_maps[rank], self._state_maps[rank]
+        found = self._columns.get((id(run), id(kind_map), id(state_map)))
+        if found is None or found[0] is not run:
+            found = self._columns[(id(run), id(kind_map), id(state_map))] = (
+                run, run.first_seq + len(run.positions) - 1, self._recoded(run.kinds, kind_map, self._narrow[0]),
+                self._recoded(run.states, state_map, self._narrow[1]))
+        _, last, kinds, states = found
+        return Track(first_seq=run.first_seq, last_seq=last, entries=entries, positions=run.positions, kinds=kinds,
+                     states=states)
+
+    def present(self, kinds: Sequence[int]) -> frozenset[int]:
+        """The distinct codes of a column of kind codes: made once for each column that tracks
+        share (the tensor-parallel groups of a job, each member's, hold one object)."""
+        found = self._present.get(id(kinds))
+        if found is None or found[0] is not kinds:
+            found = self._present[id(kinds)] = (kinds, frozenset(kinds))
+        return found[1]
 
     def _recoded(self, local: Sequence[int], mapping: list[int], narrow: bool) -> Sequence[int]:
         """The local codes mapped: by one translation where every code fits in a byte, else by
@@ -243,11 +266,16 @@ _unnamed = itemgetter(slice(1, None))  # a kind but its group's name (its first 
 def _maps(values_of: dict[int, tuple], ids: dict, key: Callable = lambda value: value) -> dict[int, list[int]]:
     """Rank -> its local codes' global ones (new values numbered in `ids` by `key`, each keeping
     the first value of its key), made once for each tuple that ranks share; equal maps are one
-    list."""
+    list. Each value object is keyed once: where no two ranks' tuples are one (a kind names its
+    group), ranks still share each kind (wire.Unpacker), and a kind's key hashes its sizes."""
     lists: dict[tuple, list[int]] = {}
+    code_of: dict[int, int] = {}  # id of a value met -> its code (the values outlive this call)
 
     def codes(values: tuple) -> list[int]:
-        made = [ids.setdefault(key(v), (len(ids), v))[0] for v in values]
+        made = list(map(code_of.get, map(id, values)))
+        if None in made:
+            made = [ids.setdefault(key(v), (len(ids), v))[0] if code is None else code for v, code in zip(values, made)]
+            code_of.update(zip(map(id, values), made))
         return lists.setdefault(tuple(made), made)
 
     return once_per_object(values_of, codes)
@@ -261,17 +289,17 @@ def build_tracks(dump: Dump, table: GroupTable, codes: Codes, cut: dict | None =
     tracks: dict[Group, Track] = {}
     columns = dump.entries
     rank = dump.rank
+    group_of = table.by_rank.get
     if columns.runs is None:
         columns.runs = runs.make_runs(columns)
     for name, run in columns.runs.items():
-        group = table.group_of(rank, name)
+        group = group_of((rank, name))
         if group is None:
             continue
         at = bisect_left(group.ranks, rank)
         member = at < len(group.ranks) and group.ranks[at] == rank  # else a config naming a group without it
         if member and run.first_seq is not None:
-            track = Track(first_seq=run.first_seq, last_seq=run.first_seq + len(run.positions) - 1, entries=columns,
-                          positions=run.positions, kinds=codes.kinds_of(rank, run.kinds), states=codes.states_of(rank, run.states))
+            track = codes.column_track(rank, run, columns)
         else:
             track = _unit_track(rank, group, columns, run, member, notes, codes.kind_map(rank), cut)
         if track is not None:
@@ -494,7 +522,7 @@ class GroupView:
         self.unknown: set[int] = set()
         # members whose dump says nothing of the end (moments.py: dumped earlier than their
         # peers, or their recorder was off): never counted as not having issued an op, nor awaited
-        self.unseen = unseen & set(group.ranks)
+        self.unseen = unseen.intersection(group.ranks) if unseen else frozenset()
         for rank in group.ranks:
             dump = dumps.get(rank)
             track = tracks.get(rank)
@@ -585,7 +613,7 @@ class GroupView:
         the whole range at once with bytes.translate), it is not disputed."""
         ref = self.reference
         ok = bytearray(256 if isinstance(ref.kinds, bytes) else len(self.codes.kinds))
-        for code in set(ref.kinds):
+        for code in self.codes.present(ref.kinds):
             kind = self.codes.kinds[code]
             ok[code] = size_rules.own_size_problem(kind, self.size) is None and not size_rules.is_all_to_all(kind.op)
         if isinstance(ref.kinds, bytes):

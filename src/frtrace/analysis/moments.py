@@ -29,6 +29,7 @@ _NS_PER_MS = 1_000_000
 _CLOCKS_NS = 1_000_000_000  # what the clocks of two hosts may differ by, beside a timeout
 _WHOLE_STEPS = 2  # whole steps of its own after an op that show a rank waited for it
 _LOOK_BACK = 64  # a track's latest collectives read for one completed (torchcomms' lined-up groups)
+_NO_MOMENTS: dict[str, GroupMoment] = {}  # a rank whose dump says nothing of its groups' moments (never changed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ class _Witnesses:
             if renumbered:
                 done = self._completed_in_track(tracks_by_rank[rank].get(group), behind)
             else:
-                moment = self.moments.get(rank, {}).get(group.name)
+                moment = self.moments.get(rank, _NO_MOMENTS).get(group.name)
                 done = moment.joined_through if moment is not None else 0
             if done > joined:
                 joined, witness = done, rank
@@ -196,7 +197,7 @@ def late_arrivals(dumps: dict[int, Dump], table: GroupTable, moments: dict[int, 
         for rank in group.ranks:
             if rank not in dumps or rank in unseen:
                 continue
-            moment = moments.get(rank, {}).get(group.name)
+            moment = moments.get(rank, _NO_MOMENTS).get(group.name)
             track = tracks_by_rank[rank].get(group)
             if moment is None or track is None or track.first_seq is None:
                 break
