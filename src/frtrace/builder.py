@@ -10,6 +10,7 @@ import pickle
 from array import array
 from collections import Counter
 from itertools import repeat
+from operator import attrgetter
 from typing import IO
 
 from .analysis.size_rules import COALESCED_TERMINATORS
@@ -37,6 +38,9 @@ from .types import Analysis, Dump, Group, once_per_object
 def frames_text(stack) -> str:
     """A stack as the tracebacks table stores it: one `name at file:line` per line."""
     return "\n".join(map(str, stack))
+
+
+_pg_name, _is_p2p, _op = attrgetter("pg_name"), attrgetter("is_p2p"), attrgetter("op")  # of a Kind, read in C
 
 
 def group_ids(groups: tuple[Group, ...]) -> dict[tuple, str]:
@@ -117,14 +121,15 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     # with what each code reads as (BlockCodes, OffsetIds): nothing is made or copied per call
     collective_ids: list[tuple] = []  # OffsetIds' blocks
     group_blocks, op_blocks, size_blocks, rank_blocks, traceback_blocks = [], [], [], [], []
-    group_id_of = {rank_and_name: ids[g.key] for rank_and_name, g in table.by_rank.items()}
+    group_id_of = dict(zip(table.by_rank, map(ids.__getitem__, table.by_rank.values())))  # a Group is its own key
     of_kinds: dict[tuple, tuple] = {}  # (rank's groups' ids, id of its kinds) -> their values: made once for ranks alike
     call_count = 0
     for rank, dump in dumps.items():
         entries = dump.entries
         if not len(entries):
             continue
-        group_of_kind = tuple(group_id_of.get((rank, kind.pg_name), kind.pg_name) for kind in entries.kinds)
+        names = tuple(map(_pg_name, entries.kinds))
+        group_of_kind = tuple(map(group_id_of.get, zip(repeat(rank), names), names))  # a name of no group: itself
         made = of_kinds.get((group_of_kind, id(entries.kinds)))
         if made is None:
             made = of_kinds[(group_of_kind, id(entries.kinds))] = (list(group_of_kind), *shared.calls_values(entries.kinds))
@@ -167,7 +172,7 @@ def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, span
     a group whose collective ids follow its seq ids over a span holding the rank's. A rank whose
     ops hold both a p2p op and a coalesced group's end may end a p2p batch (no collective of its
     own, though it looks like one): its ids are looked up call by call."""
-    if any(kind.is_p2p for kind in entries.kinds) and any(kind.op in COALESCED_TERMINATORS for kind in entries.kinds):
+    if any(map(_is_p2p, entries.kinds)) and not COALESCED_TERMINATORS.isdisjoint(map(_op, entries.kinds)):
         return None
     found: list[int | None] = []
     for kind in entries.kinds:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from itertools import accumulate, chain, repeat
 from math import isnan
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 Shape = tuple[int, ...]
@@ -96,6 +96,7 @@ class Kind(NamedTuple):
     output_dtypes: tuple[str, ...]
 
 
+_backend = attrgetter("backend")  # of a Kind, read in C
 _NAN = float("nan")
 _NO_TIMES = (None, None, None, None)  # an Entry's times where they were not loaded
 
@@ -289,7 +290,7 @@ class EntryColumns(Sequence):
     @property
     def from_gloo(self) -> bool:
         """Written by the gloo recorder: no send or recv, no completion recorded."""
-        return any(k.backend == "gloo" for k in self.kinds)
+        return "gloo" in map(_backend, self.kinds)
 
     def __getitem__(self, index):
         if isinstance(index, slice):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import compress, islice, repeat
-from operator import itemgetter, ne
+from operator import attrgetter, itemgetter, ne
 from typing import NamedTuple
 
 from . import size_rules
@@ -180,8 +180,8 @@ def unknown_names(dumps: dict[int, Dump]) -> list[str]:
 
 
 def tracks_completion(dump: Dump) -> bool:
-    return (any(k.backend in _TRACKING_BACKENDS for k in dump.entries.kinds)
-            or any(s in ("completed", "started") for s in dump.entries.states))
+    states = dump.entries.states
+    return not _TRACKING_BACKENDS.isdisjoint(map(_backend, dump.entries.kinds)) or "completed" in states or "started" in states
 
 
 class Codes:
@@ -260,6 +260,7 @@ class Codes:
         return recoded
 
 
+_backend = attrgetter("backend")  # of a Kind, read in C
 _unnamed = itemgetter(slice(1, None))  # a kind but its group's name (its first field), as a plain tuple
 
 
@@ -442,13 +443,19 @@ def _p2p_ends(op: str, group: Group) -> tuple[str, int, int] | None:
     return None if src is None or dst is None else (kind, src, dst)
 
 
-def _lowest_holders(columns: list[tuple[int, Track]], first: int, count: int) -> list[tuple[int, Track] | None]:
-    """Per seq id from `first` (`count` of them), the lowest-ranked of the column tracks
-    (rank, track, in rank order) holding it, None where none does: each distinct range written
-    once, by C-level slices, the lower ranks last."""
+def _holders(columns: list[tuple[int, Track]]) -> dict[tuple[int, int], tuple[int, Track]]:
+    """Each distinct range (first and last seq id) of the column tracks (rank, track, in rank
+    order) -> its lowest-ranked holder."""
     lowest: dict[tuple[int, int], tuple[int, Track]] = {}
     for rank, track in columns:
         lowest.setdefault((track.first_seq, track.last_seq), (rank, track))
+    return lowest
+
+
+def _lowest_holders(lowest: dict[tuple[int, int], tuple[int, Track]], first: int, count: int) -> list[tuple[int, Track] | None]:
+    """Per seq id from `first` (`count` of them), the lowest-ranked column track holding it
+    (`lowest`: _holders), None where none does: each distinct range written once, by C-level
+    slices, the lower ranks last."""
     owners: list[tuple[int, Track] | None] = [None] * count
     for (start, last), item in sorted(lowest.items(), key=lambda pair: -pair[1][0]):
         a, b = max(start - first, 0), min(last - first + 1, count)
@@ -495,7 +502,7 @@ class _Spread:
             self.kinds[split:end] = track.kinds[split - start:]
             self.states[split:end] = track.states[split - start:]
             covered_to = max(covered_to, end)
-        self.owners = _lowest_holders(columns, self.first, count)
+        self.owners = _lowest_holders(_holders(columns), self.first, count)
 
     @staticmethod
     def _compare(start: int, held: Sequence[int], spread: list, odd: set[int]) -> None:
@@ -537,15 +544,25 @@ class GroupView:
             else:
                 self.unknown.add(rank)
         self.cut: dict[int, int] = {}  # a wrapped buffer's first unit may be a cut coalesced group
+        self._collective: list[tuple[int, Track]] = []  # (rank, track) of the members holding collectives
+        columns: list[tuple[int, Track]] = []  # ... of those, the tracks by column; the others' are of units
+        unit_seqs: set[int] = set()  # seq ids some unit track holds
         for rank, track in tracks.items():
-            dump = dumps.get(rank)
-            if dump is not None and dump.wrapped and track.first_seq is not None:
+            if track.first_seq is None:
+                continue
+            self._collective.append((rank, track))
+            if track.units is None:
+                columns.append((rank, track))
+                first = track.positions[0]
+            else:
+                unit_seqs.update(track.units)
                 first = track.first_position(track.first_seq)
-                if first is None or first == 0:  # the buffer's oldest entry: what came before it is gone
+            if first is None or first == 0:  # the buffer's oldest entry: what came before it is gone, where it wrapped
+                dump = dumps.get(rank)
+                if dump is not None and dump.wrapped:
                     self.cut[rank] = track.first_seq
         self._lasts = sorted((last, rank) for rank, last in self.known_last.items())
         self._last_values = [last for last, _ in self._lasts]
-        self._collective = [(r, t) for r, t in tracks.items() if t.first_seq is not None]
         self._fine_codes: dict[int, bool] = {}
         self._spread: _Spread | None = None  # made when asked past SPREAD_AFTER times (_agreed_at)
         self._asked = 0
@@ -553,20 +570,22 @@ class GroupView:
         # and seq id -> end state dicts, looked up for all of them at once by a C-level map
         self._unit_kinds: list[dict] | None = None
         self._unit_states: list[dict] | None = None
-        if self._collective and all(t.units is not None for _, t in self._collective):
+        if self._collective and not columns:
             self._unit_kinds = [t.unit_kinds for _, t in self._collective]
-        self._compare_columns()
+        self._by_column = len(columns) == len(self._collective)  # no member's track is of units
+        self._compare_columns(columns, unit_seqs)
 
-    def _compare_columns(self) -> None:
-        columns = [(r, t) for r, t in self._collective if t.units is None]
+    def _compare_columns(self, columns: list[tuple[int, Track]], unit_seqs: set[int]) -> None:
         self.reference: Track | None = None
         self.disputed: set[int] = set()  # seq ids of the reference's range that need the check entry by entry
         self.mixed_states: set[int] = set()  # seq ids some issuer of which is in another state than the reference
         self._unit_seqs: set[int] = set()  # seq ids some unit track holds
-        self._ranges = sorted({(t.first_seq, t.last_seq) for _, t in columns})  # the column tracks' distinct ranges
+        holders = _holders(columns)  # the column tracks' distinct ranges, each with its lowest-ranked holder
+        self._ranges = sorted(holders)
         if not columns:
             return
-        ref = self.reference = max(columns, key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
+        # the longest range's lowest holder (a longest track of the lowest rank: each range's is its lowest)
+        ref = self.reference = max(holders.values(), key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
         disputed = self.disputed
         for _, track in columns:
             if track is ref:
@@ -582,14 +601,12 @@ class GroupView:
                 disputed.update(lo + i for i, (a, b) in enumerate(zip(track.kinds[mine], ref.kinds[theirs])) if a != b)
             if track.states[mine] != ref.states[theirs]:
                 self.mixed_states.update(lo + i for i, (a, b) in enumerate(zip(track.states[mine], ref.states[theirs])) if a != b)
-        for _, track in self._collective:
-            if track.units is not None:
-                self._unit_seqs.update(track.units)
-        disputed.update(self._unit_seqs)
+        self._unit_seqs = unit_seqs
+        disputed.update(unit_seqs)
         disputed.update(self.cut.values())
         self._agreed = self._agreed_flags()
         count = ref.last_seq - ref.first_seq + 1
-        self._owner = _lowest_holders(columns, ref.first_seq, count)
+        self._owner = _lowest_holders(holders, ref.first_seq, count)
         self._owner_cuts = _range_ends(self._ranges, ref.first_seq, count)
 
     def agreed(self, seq: int) -> bool:
@@ -743,7 +760,7 @@ class GroupView:
         """Every seq id some issuer holds, in order: a range where the column tracks' ranges
         leave no gap and no unit track adds any (a group's tracks mostly hold one range)."""
         ranges = self._ranges
-        if ranges and all(t.units is None for _, t in self._collective):
+        if ranges and self._by_column:
             first, last = ranges[0]
             for start, end in ranges[1:]:
                 if start > last + 1:

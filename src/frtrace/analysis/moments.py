@@ -130,9 +130,9 @@ class _Witnesses:
         if witness is not None:
             how = "completed" if not self.dumps[witness].entries.from_gloo else "retired, and its rank issued ops past its timeout"
             return joined, witness, how
-        furthest = max(lasts, key=lambda r: (lasts[r], -r))
-        if lasts[furthest] < behind + 1 + _WHOLE_STEPS:  # an op of a step recurs in every step: too few after it
+        if max(lasts.values()) < behind + 1 + _WHOLE_STEPS:  # an op of a step recurs in every step: too few after it
             return behind, None, ""
+        furthest = max(lasts, key=lambda r: (lasts[r], -r))
         seq = self._after_steps(furthest, tracks_by_rank[furthest].get(group), behind)
         return (seq, furthest, "its rank went through whole steps after it") if seq > behind else (behind, None, "")
 
