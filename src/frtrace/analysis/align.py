@@ -12,7 +12,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from itertools import compress, islice, repeat
 from operator import attrgetter, itemgetter, ne
@@ -103,7 +103,7 @@ class Track:
     else (coalesced groups, p2p batches, gaps) keeps per seq id its unit's buffer indices in
     `units` and its entries' global kind codes in `unit_kinds`; its entries are built when read."""
 
-    p2p: list[P2POp] = field(default_factory=list)
+    p2p: Sequence[P2POp] = ()  # made whole, never added to: a column track shares the empty one
     first_seq: int | None = None
     last_seq: int = 0
     entries: EntryColumns | None = None
@@ -231,8 +231,7 @@ class Codes:
                 run, run.first_seq + len(run.positions) - 1, self._recoded(run.kinds, kind_map, self._narrow[0]),
                 self._recoded(run.states, state_map, self._narrow[1]))
         _, last, kinds, states = found
-        return Track(first_seq=run.first_seq, last_seq=last, entries=entries, positions=run.positions, kinds=kinds,
-                     states=states)
+        return Track((), run.first_seq, last, entries, run.positions, kinds, states)  # by position: fewer steps
 
     def present(self, kinds: Sequence[int]) -> frozenset[int]:
         """The distinct codes of a column of kind codes: made once for each column that tracks
@@ -587,15 +586,15 @@ class GroupView:
         # the longest range's lowest holder (a longest track of the lowest rank: each range's is its lowest)
         ref = self.reference = max(holders.values(), key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
         disputed = self.disputed
-        for _, track in columns:
-            if track is ref:
-                continue
-            first, last = track.first_seq, track.last_seq  # outside the reference's range nothing is agreed
-            lo, hi = max(first, ref.first_seq), min(last, ref.last_seq)
+        ref_first, ref_last, ref_kinds, ref_states = ref.first_seq, ref.last_seq, ref.kinds, ref.states
+        for _, track in columns:  # (no min() or max() of two per member: each parses its arguments, 0.3 us)
+            first = track.first_seq
+            if first == ref_first and track.kinds is ref_kinds and track.states is ref_states:
+                continue  # one column object (wire.Unpacker, Codes) from one seq id: nothing differs (nor for ref itself)
+            last = track.last_seq  # outside the reference's range nothing is agreed
+            lo, hi = first if first > ref_first else ref_first, last if last < ref_last else ref_last
             if lo > hi:
                 continue
-            if first == ref.first_seq and track.kinds is ref.kinds and track.states is ref.states:
-                continue  # one column object (wire.Unpacker, Codes) over one range: nothing differs
             mine, theirs = slice(lo - first, hi - first + 1), slice(lo - ref.first_seq, hi - ref.first_seq + 1)
             if track.kinds[mine] != ref.kinds[theirs]:
                 disputed.update(lo + i for i, (a, b) in enumerate(zip(track.kinds[mine], ref.kinds[theirs])) if a != b)
