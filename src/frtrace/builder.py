@@ -9,7 +9,7 @@ from __future__ import annotations
 import pickle
 from array import array
 from collections import Counter
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import IO
 
@@ -103,8 +103,9 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     shared = _Shared()
     guids = {g.key: group_guid(g.name, g.ranks) for g in analysis.groups}
     groups = Table.from_rows(GroupRow, (GroupRow(guids[g.key], g.desc, len(g.ranks), ids[g.key]) for g in analysis.groups))
-    memberships = Table(Membership, [[guids[g.key] for g in analysis.groups for _ in g.ranks],  # by column: no row made
-                                     [r for g in analysis.groups for r in g.ranks]])
+    memberships = Table(Membership, [  # by column, no row made, nor a step of Python's a member
+        list(chain.from_iterable(repeat(guids[g.key], len(g.ranks)) for g in analysis.groups)),
+        list(chain.from_iterable(g.ranks for g in analysis.groups))])
 
     traceback_rows: list[Traceback] = []
     by_text: dict[str, int] = {}
@@ -126,7 +127,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     call_count = 0
     for rank, dump in dumps.items():
         entries = dump.entries
-        if not len(entries):
+        if not len(entries.kind):  # the columns' own length: EntryColumns.__len__ is a call of Python's
             continue
         names = tuple(map(_pg_name, entries.kinds))
         group_of_kind = tuple(map(group_id_of.get, zip(repeat(rank), names), names))  # a name of no group: itself
@@ -147,7 +148,7 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         size_blocks.append((entries.kind, sizes_read))
         rank_blocks.append((entries.kind, [rank] * len(entries.kinds)))
         traceback_blocks.append((entries.stack_id, [*traceback_of[rank], -1]))  # stack id -1 (no frames) reads the last
-        call_count += len(entries)
+        call_count += len(entries.kind)
     ncclcalls = Table(NCCLCall, [
         range(call_count),
         OffsetIds(collective_ids),

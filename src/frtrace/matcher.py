@@ -47,7 +47,8 @@ def analyze(dumps: dict[int, Dump], table: GroupTable, notes: Iterable[str] = ()
     for rank, dump in dumps.items():
         tracks_by_rank[rank], rank_notes = build_tracks(dump, table, codes, cut)
         notes.extend(rank_notes)
-        notes.extend(f"{display_path(dump.path)}: {n}" for n in dump.notes)
+        if dump.notes:
+            notes.extend(f"{display_path(dump.path)}: {n}" for n in dump.notes)
     tracking = {rank: tracks_completion(dump) for rank, dump in dumps.items()}
     notes.extend(unknown_names(dumps))
     moments = moments_by_name(dumps)

@@ -560,8 +560,8 @@ class GroupView:
                 dump = dumps.get(rank)
                 if dump is not None and dump.wrapped:
                     self.cut[rank] = track.first_seq
-        self._lasts = sorted((last, rank) for rank, last in self.known_last.items())
-        self._last_values = [last for last, _ in self._lasts]
+        self._lasts = sorted(zip(self.known_last.values(), self.known_last))  # (last, rank), by zip: no Python step a member
+        self._last_values = sorted(self.known_last.values())
         self._fine_codes: dict[int, bool] = {}
         self._spread: _Spread | None = None  # made when asked past SPREAD_AFTER times (_agreed_at)
         self._asked = 0
