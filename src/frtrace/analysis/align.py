@@ -579,7 +579,7 @@ class GroupView:
         self.disputed: set[int] = set()  # seq ids of the reference's range that need the check entry by entry
         self.mixed_states: set[int] = set()  # seq ids some issuer of which is in another state than the reference
         self._unit_seqs: set[int] = set()  # seq ids some unit track holds
-        holders = _holders(columns)  # the column tracks' distinct ranges, each with its lowest-ranked holder
+        holders = self._range_holders = _holders(columns)  # the column tracks' distinct ranges, each with its lowest-ranked holder
         self._ranges = sorted(holders)
         if not columns:
             return
@@ -605,7 +605,9 @@ class GroupView:
         disputed.update(self.cut.values())
         self._agreed = self._agreed_flags()
         count = ref.last_seq - ref.first_seq + 1
-        self._owner = _lowest_holders(holders, ref.first_seq, count)
+        # per seq id its lowest holder, where the tracks hold several ranges: with one (a group of
+        # ranks dumped together) its lowest holder, the reference's, holds every one (no list made)
+        self._owner = _lowest_holders(holders, ref.first_seq, count) if len(holders) > 1 else None
         self._owner_cuts = _range_ends(self._ranges, ref.first_seq, count)
 
     def agreed(self, seq: int) -> bool:
@@ -647,6 +649,10 @@ class GroupView:
         base = self.reference.first_seq
         start, end = first - base, last - base + 1
         if start >= end:
+            return
+        if self._owner is None:  # one range: one holder
+            rank, track = next(iter(self._range_holders.values()))
+            yield rank, track, first, last
             return
         # the lowest holder changes only where some track's range starts or ends: looked at there
         # alone, not at every seq id (a group of ranks dumped together holds one range)
