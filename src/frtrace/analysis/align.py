@@ -225,9 +225,10 @@ class Codes:
         """The track of a rank's run of one entry per seq id, its codes made global: each run
         that ranks share (wire.Unpacker) with equal maps recoded once, and found in one look-up."""
         kind_map, state_map = self._kind_maps[rank], self._state_maps[rank]
-        found = self._columns.get((id(run), id(kind_map), id(state_map)))
+        key = (id(run), id(kind_map), id(state_map))
+        found = self._columns.get(key)
         if found is None or found[0] is not run:
-            found = self._columns[(id(run), id(kind_map), id(state_map))] = (
+            found = self._columns[key] = (
                 run, run.first_seq + len(run.positions) - 1, self._recoded(run.kinds, kind_map, self._narrow[0]),
                 self._recoded(run.states, state_map, self._narrow[1]))
         _, last, kinds, states = found

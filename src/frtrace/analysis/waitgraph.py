@@ -146,7 +146,7 @@ class WaitGraph(OwnHistory, ProgramOrder):
         self.unanswered = unanswered  # ranks with no dump because they did not answer frtrace live
         self.unasked = unasked  # ... because frtrace live had no address to ask them at (their debug server never started)
         # gloo records no send or recv: a rank that waits for nobody may wait in one (a pipeline stage)
-        self.p2p_unrecorded = bool(dumps) and all(d.entries.from_gloo for d in dumps.values() if len(d.entries))
+        self.p2p_unrecorded = bool(dumps) and all(d.entries.from_gloo for d in dumps.values() if len(d.entries.kind))
         for rank, blocker in blockers.items():
             if blocker is None:
                 continue
