@@ -176,6 +176,7 @@ class RayCluster:
             except subprocess.TimeoutExpired:
                 pass
         self.processes.clear()
+        shutil.rmtree(self.logs, ignore_errors=True)  # what the nodes said: read only where one failed to start
 
     def __enter__(self) -> RayCluster:
         try:
