@@ -279,6 +279,7 @@ class EntryColumns(Sequence):
         )
 
     def __len__(self) -> int:
+        # a call of Python's: where it counts, frtrace asks len(entries.kind), the columns' own length
         return len(self.kind)
 
     @property
@@ -410,7 +411,7 @@ class Dump:
         and assume it wrapped, which only makes the analysis more careful. A recorder reset
         (`restarted`) drops the older entries too.
         """
-        if not len(self.entries.kind):  # the columns' own length: EntryColumns.__len__ is a call of Python's
+        if not len(self.entries.kind):
             return False
         first = self.entries.record_id[0]
         return first is None or first > 0 or self.restarted

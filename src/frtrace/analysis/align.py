@@ -562,7 +562,7 @@ class GroupView:
                 if dump is not None and dump.wrapped:
                     self.cut[rank] = track.first_seq
         self._lasts = sorted(zip(self.known_last.values(), self.known_last))  # (last, rank), by zip: no Python step a member
-        self._last_values = sorted(self.known_last.values())
+        self._last_values = sorted(self.known_last.values())  # sorted apart: read out of _lasts, they counted more instructions
         self._fine_codes: dict[int, bool] = {}
         self._spread: _Spread | None = None  # made when asked past SPREAD_AFTER times (_agreed_at)
         self._asked = 0
@@ -580,12 +580,13 @@ class GroupView:
         self.disputed: set[int] = set()  # seq ids of the reference's range that need the check entry by entry
         self.mixed_states: set[int] = set()  # seq ids some issuer of which is in another state than the reference
         self._unit_seqs: set[int] = set()  # seq ids some unit track holds
-        holders = self._range_holders = _holders(columns)  # the column tracks' distinct ranges, each with its lowest-ranked holder
+        holders = _holders(columns)  # the column tracks' distinct ranges, each with its lowest-ranked holder
         self._ranges = sorted(holders)
         if not columns:
             return
         # the longest range's lowest holder (a longest track of the lowest rank: each range's is its lowest)
-        ref = self.reference = max(holders.values(), key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))[1]
+        self._reference_holder = max(holders.values(), key=lambda item: (item[1].last_seq - item[1].first_seq, -item[0]))
+        ref = self.reference = self._reference_holder[1]
         disputed = self.disputed
         ref_first, ref_last, ref_kinds, ref_states = ref.first_seq, ref.last_seq, ref.kinds, ref.states
         for _, track in columns:  # (no min() or max() of two per member: each parses its arguments, 0.3 us)
@@ -596,20 +597,20 @@ class GroupView:
             lo, hi = first if first > ref_first else ref_first, last if last < ref_last else ref_last
             if lo > hi:
                 continue
-            mine, theirs = slice(lo - first, hi - first + 1), slice(lo - ref.first_seq, hi - ref.first_seq + 1)
-            if track.kinds[mine] != ref.kinds[theirs]:
-                disputed.update(lo + i for i, (a, b) in enumerate(zip(track.kinds[mine], ref.kinds[theirs])) if a != b)
-            if track.states[mine] != ref.states[theirs]:
-                self.mixed_states.update(lo + i for i, (a, b) in enumerate(zip(track.states[mine], ref.states[theirs])) if a != b)
+            mine, theirs = slice(lo - first, hi - first + 1), slice(lo - ref_first, hi - ref_first + 1)
+            if track.kinds[mine] != ref_kinds[theirs]:
+                disputed.update(lo + i for i, (a, b) in enumerate(zip(track.kinds[mine], ref_kinds[theirs])) if a != b)
+            if track.states[mine] != ref_states[theirs]:
+                self.mixed_states.update(lo + i for i, (a, b) in enumerate(zip(track.states[mine], ref_states[theirs])) if a != b)
         self._unit_seqs = unit_seqs
         disputed.update(unit_seqs)
         disputed.update(self.cut.values())
         self._agreed = self._agreed_flags()
-        count = ref.last_seq - ref.first_seq + 1
+        count = ref_last - ref_first + 1
         # per seq id its lowest holder, where the tracks hold several ranges: with one (a group of
         # ranks dumped together) its lowest holder, the reference's, holds every one (no list made)
-        self._owner = _lowest_holders(holders, ref.first_seq, count) if len(holders) > 1 else None
-        self._owner_cuts = _range_ends(self._ranges, ref.first_seq, count)
+        self._owner = _lowest_holders(holders, ref_first, count) if len(holders) > 1 else None
+        self._owner_cuts = _range_ends(self._ranges, ref_first, count)
 
     def agreed(self, seq: int) -> bool:
         """Every issuer of #seq holds one kind, which breaks no size rule: the check has nothing to find."""
@@ -651,8 +652,8 @@ class GroupView:
         start, end = first - base, last - base + 1
         if start >= end:
             return
-        if self._owner is None:  # one range: one holder
-            rank, track = next(iter(self._range_holders.values()))
+        if self._owner is None:  # one range: its holder, the reference's
+            rank, track = self._reference_holder
             yield rank, track, first, last
             return
         # the lowest holder changes only where some track's range starts or ends: looked at there

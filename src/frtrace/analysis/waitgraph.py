@@ -100,7 +100,7 @@ def blocker_of(dump: Dump, tracks: dict[tuple, Track], views: dict[tuple, GroupV
             return None
         return Blocker(dump.rank, group, entry.collective_seq_id, unit[-1])
 
-    if not len(dump.entries.kind):  # the columns' own length: EntryColumns.__len__ is a call of Python's
+    if not len(dump.entries.kind):
         return None
     if not tracking:
         for entry in reversed(dump.entries):
