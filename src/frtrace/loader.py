@@ -663,9 +663,11 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
     """The world size the default group's pg_config gives, where any dump has one that the
     other ranks' configs do not outvote."""
     outvoted, _ = outvoted_configs(dumps)
-    standing = {id(c): c for rank, d in dumps.items() for c in d.group_configs  # each shared config once
-                if is_default_group(c.name, c.desc) and not (outvoted and (rank, id(c)) in outvoted)}
-    sizes = [max(c.ranks) + 1 for c in standing.values()]
+    if outvoted:
+        standing = [c for rank, d in dumps.items() for c in d.group_configs if (rank, id(c)) not in outvoted]
+    else:  # most often: each shared config once (the loader shares one object among equal configs)
+        standing = {id(c): c for d in dumps.values() for c in d.group_configs}.values()
+    sizes = [max(c.ranks) + 1 for c in standing if is_default_group(c.name, c.desc)]
     return max(sizes) if sizes else None
 
 

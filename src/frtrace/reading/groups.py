@@ -99,6 +99,9 @@ def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, int]], list
     inferred from the entries. Lists that share no rank are different groups of one name
     (split_group), and all stand."""
     # the loader shares one object among equal configs: each distinct list is hashed once, not once a rank
+    distinct = {id(c): c for d in dumps.values() for c in d.group_configs}.values()
+    if len({(c.name, c.ranks) for c in distinct}) == len({c.name for c in distinct}):  # no name lists two: none outvoted
+        return set(), []
     by_object: dict[int, list[tuple[int, GroupConfig]]] = defaultdict(list)
     for rank, dump in dumps.items():
         for config in dump.group_configs:
