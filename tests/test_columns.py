@@ -418,6 +418,22 @@ def test_a_column_kept_as_each_ranks_codes_and_values_reads_row_by_row():
     assert list(pickle.loads(pickle.dumps(column))) == expected
 
 
+def test_a_column_kept_as_runs_of_one_value_reads_row_by_row():
+    from frtrace.database import Repeats
+
+    # rank 4: three calls; rank 9: none (an empty run reads as nothing); rank 2: one; rank 7: two
+    column = Repeats(array("q", [4, 9, 2, 7]), array("q", [3, 0, 1, 2]))
+    expected = [4, 4, 4, 2, 7, 7]
+    assert len(column) == 6 and list(column) == expected
+    assert [column[i] for i in range(6)] == expected and [column[i] for i in range(-6, 0)] == expected
+    assert column[1:5] == expected[1:5] and column[::-2] == expected[::-2]
+    for outside in (6, -7):
+        with pytest.raises(IndexError):
+            column[outside]
+    assert list(pickle.loads(pickle.dumps(column))) == expected
+    assert len(Repeats(array("q"), array("q"))) == 0 and list(Repeats([], [])) == []
+
+
 @pytest.mark.parametrize("seqs,cut", [((1, 1, 1, 2, 3, 3, 3), True), ((5, 5, 6, 6, 6), True),
                                       ((1, 1, 2, 1, 3), False), ((2, 2, 1, 1), True)],
                          ids=["coalesced-then-single", "from-5", "a-seq-comes-back", "going-down"])

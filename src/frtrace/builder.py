@@ -23,6 +23,7 @@ from .database import (
     Membership,
     NCCLCall,
     OffsetIds,
+    Repeats,
     Table,
     Traceback,
     db_types,
@@ -109,9 +110,9 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
 
     traceback_rows: list[Traceback] = []
     by_text: dict[str, int] = {}
-    traceback_of = once_per_object(  # rank -> traceback id per stack id, each shared tuple of stacks made text once
-        {rank: dump.stacks for rank, dump in dumps.items()},
-        lambda stacks: tuple(_traceback_id(frames_text(stack), by_text, traceback_rows) for stack in stacks))
+    traceback_of = once_per_object(  # rank -> traceback id per stack id, then -1's (no frames: the last), each shared
+        {rank: dump.stacks for rank, dump in dumps.items()},  # tuple of stacks made text once, one list for its ranks
+        lambda stacks: [*(_traceback_id(frames_text(stack), by_text, traceback_rows) for stack in stacks), -1])
 
     built = CollectiveColumns(dumps, {g: ids[g.key] for g in analysis.groups}, shared)
     built.add(analysis.checks)
@@ -121,21 +122,23 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     # one call per entry of every rank, kept a rank at a time as its own kind codes and stack ids
     # with what each code reads as (BlockCodes, OffsetIds): nothing is made or copied per call
     collective_ids: list[tuple] = []  # OffsetIds' blocks
-    group_blocks, op_blocks, size_blocks, rank_blocks, traceback_blocks = [], [], [], [], []
-    group_id_of = dict(zip(table.by_rank, map(ids.__getitem__, table.by_rank.values())))  # a Group is its own key
+    group_blocks, op_blocks, size_blocks, traceback_blocks = [], [], [], []
+    called, calls = array("q"), array("q")  # the ranks with calls, and how many each: the rank column (Repeats)
+    group_of = table.by_rank
     of_kinds: dict[tuple, tuple] = {}  # (rank's groups' ids, id of its kinds) -> their values: made once for ranks alike
     call_count = 0
     for rank, dump in dumps.items():
         entries = dump.entries
-        if not len(entries.kind):  # the columns' own length: EntryColumns.__len__ is a call of Python's
+        if not len(entries.kind):
             continue
         names = tuple(map(_pg_name, entries.kinds))
-        group_of_kind = tuple(map(group_id_of.get, zip(repeat(rank), names), names))  # a name of no group: itself
+        kind_groups = tuple(map(group_of.get, zip(repeat(rank), names)))  # a Group is its own key in ids
+        group_of_kind = tuple(map(ids.get, kind_groups, names))  # a name of no group: itself
         made = of_kinds.get((group_of_kind, id(entries.kinds)))
         if made is None:
             made = of_kinds[(group_of_kind, id(entries.kinds))] = (list(group_of_kind), *shared.calls_values(entries.kinds))
         groups_read, ops_read, sizes_read = made
-        offset_of_kind = _offsets_of_kinds(rank, entries, table, offsets, spans)
+        offset_of_kind = _offsets_of_kinds(rank, entries.kinds, kind_groups, offsets, spans)
         if offset_of_kind is not None:  # every entry's collective id is its seq id + its group's offset: added when read
             collective_ids.append((entries.collective_seq_id, entries.kind, offset_of_kind))
         else:
@@ -146,14 +149,15 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
         group_blocks.append((entries.kind, groups_read))
         op_blocks.append((entries.kind, ops_read))
         size_blocks.append((entries.kind, sizes_read))
-        rank_blocks.append((entries.kind, [rank] * len(entries.kinds)))
-        traceback_blocks.append((entries.stack_id, [*traceback_of[rank], -1]))  # stack id -1 (no frames) reads the last
+        called.append(rank)
+        calls.append(len(entries.kind))
+        traceback_blocks.append((entries.stack_id, traceback_of[rank]))
         call_count += len(entries.kind)
     ncclcalls = Table(NCCLCall, [
         range(call_count),
         OffsetIds(collective_ids),
         BlockCodes(group_blocks),
-        BlockCodes(rank_blocks),
+        Repeats(called, calls),
         BlockCodes(traceback_blocks),
         BlockCodes(op_blocks),
         BlockCodes(size_blocks),
@@ -167,20 +171,19 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
     return Database(groups, memberships, Table.from_rows(Traceback, traceback_rows), collectives, ncclcalls, findings)
 
 
-def _offsets_of_kinds(rank: int, entries, table: GroupTable, offsets: dict, spans: dict) -> list[int | None] | None:
-    """Per kind of a rank's entries, the offset from seq id to collective id (None for a p2p op:
-    it has none); None unless every other entry is a collective (or a coalesced group's part) of
-    a group whose collective ids follow its seq ids over a span holding the rank's. A rank whose
-    ops hold both a p2p op and a coalesced group's end may end a p2p batch (no collective of its
-    own, though it looks like one): its ids are looked up call by call."""
-    if any(map(_is_p2p, entries.kinds)) and not COALESCED_TERMINATORS.isdisjoint(map(_op, entries.kinds)):
+def _offsets_of_kinds(rank: int, kinds: tuple, groups: tuple, offsets: dict, spans: dict) -> list[int | None] | None:
+    """Per kind of a rank's entries (its group in `groups`), the offset from seq id to collective
+    id (None for a p2p op: it has none); None unless every other entry is a collective (or a
+    coalesced group's part) of a group whose collective ids follow its seq ids over a span holding
+    the rank's. A rank whose ops hold both a p2p op and a coalesced group's end may end a p2p
+    batch (no collective of its own, though it looks like one): its ids are looked up call by call."""
+    if any(map(_is_p2p, kinds)) and not COALESCED_TERMINATORS.isdisjoint(map(_op, kinds)):
         return None
     found: list[int | None] = []
-    for kind in entries.kinds:
+    for kind, group in zip(kinds, groups):
         if kind.is_p2p:
             found.append(None)
             continue
-        group = table.by_rank.get((rank, kind.pg_name))
         if group is None or group not in offsets:
             return None
         _, first, last, view = spans[group]

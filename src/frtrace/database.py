@@ -16,7 +16,7 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from enum import Enum, auto
-from itertools import accumulate, chain
+from itertools import accumulate, chain, repeat
 from operator import add
 from typing import NamedTuple
 
@@ -277,6 +277,43 @@ class BlockCodes(_Blocks):
 
     def __iter__(self):
         return chain.from_iterable(map(values.__getitem__, codes) for codes, values in self.blocks)
+
+
+class Repeats(Sequence):
+    """A column of runs of one value: values[i] over counts[i] rows (a rank over its calls). Two
+    arrays for a table, where a block per rank (BlockCodes) cost a tuple and a list each to build
+    and to pickle."""
+
+    __slots__ = ("values", "counts", "_found")
+
+    def __init__(self, values: Sequence, counts: Sequence[int]) -> None:
+        self.values = values
+        self.counts = counts
+        self._found: list[int] | None = None  # where each run starts: made when first asked for
+
+    @property
+    def _starts(self) -> list[int]:
+        if self._found is None:
+            self._found = list(accumulate(self.counts, initial=0))
+        return self._found
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("Repeats index out of range")
+        return self.values[bisect_right(self._starts, index) - 1]
+
+    def __iter__(self):
+        return chain.from_iterable(map(repeat, self.values, self.counts))
+
+    def __reduce__(self):
+        return (Repeats, (self.values, self.counts))
 
 
 class CodedColumn(Sequence):
