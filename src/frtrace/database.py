@@ -180,7 +180,25 @@ class OptionalIds(Sequence):
         return (OptionalIds, (self.values,))
 
 
-class _Blocks(Sequence):
+class _Rows(Sequence):
+    """A column read a row at a time (_row): slices and negative indices read as a list's."""
+
+    __slots__ = ()
+
+    def _row(self, index: int):
+        raise NotImplementedError
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"{type(self).__name__} index out of range")
+        return self._row(index)
+
+
+class _Blocks(_Rows):
     """A column kept as blocks, a rank's calls each (the first item of a block holds one value per
     call); a row is found by bisecting where the blocks start."""
 
@@ -202,13 +220,7 @@ class _Blocks(Sequence):
     def _read(self, block: tuple, at: int):
         raise NotImplementedError
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"{type(self).__name__} index out of range")
+    def _row(self, index: int):
         which = bisect_right(self._starts, index) - 1
         return self._read(self.blocks[which], index - self._starts[which])
 
@@ -279,7 +291,7 @@ class BlockCodes(_Blocks):
         return chain.from_iterable(map(values.__getitem__, codes) for codes, values in self.blocks)
 
 
-class Repeats(Sequence):
+class Repeats(_Rows):
     """A column of runs of one value: values[i] over counts[i] rows (a rank over its calls). Two
     arrays for a table, where a block per rank (BlockCodes) cost a tuple and a list each to build
     and to pickle."""
@@ -300,13 +312,7 @@ class Repeats(Sequence):
     def __len__(self) -> int:
         return self._starts[-1]
 
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError("Repeats index out of range")
+    def _row(self, index: int):
         return self.values[bisect_right(self._starts, index) - 1]
 
     def __iter__(self):
