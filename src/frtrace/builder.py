@@ -110,8 +110,10 @@ def build_database(analysis: Analysis, dumps: dict[int, Dump], table: GroupTable
 
     traceback_rows: list[Traceback] = []
     by_text: dict[str, int] = {}
-    traceback_of = once_per_object(  # rank -> traceback id per stack id, then -1's (no frames: the last), each shared
-        {rank: dump.stacks for rank, dump in dumps.items()},  # tuple of stacks made text once, one list for its ranks
+    # rank -> its traceback ids by stack id, then -1 (stack id -1, no frames, reads the last): one
+    # list for each tuple of stacks that ranks share, its stacks made text once
+    traceback_of = once_per_object(
+        {rank: dump.stacks for rank, dump in dumps.items()},
         lambda stacks: [*(_traceback_id(frames_text(stack), by_text, traceback_rows) for stack in stacks), -1])
 
     built = CollectiveColumns(dumps, {g: ids[g.key] for g in analysis.groups}, shared)

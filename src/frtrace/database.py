@@ -181,9 +181,25 @@ class OptionalIds(Sequence):
 
 
 class _Rows(Sequence):
-    """A column read a row at a time (_row): slices and negative indices read as a list's."""
+    """A column kept in runs of rows (_lengths), read a row at a time (_row, given the row's run
+    by bisecting where the runs start): slices and negative indices read as a list's."""
 
-    __slots__ = ()
+    __slots__ = ("_found",)
+
+    def __init__(self) -> None:
+        self._found: list[int] | None = None  # made when first asked for: a database written is often never read
+
+    def _lengths(self) -> Iterable[int]:
+        raise NotImplementedError
+
+    @property
+    def _starts(self) -> list[int]:
+        if self._found is None:
+            self._found = list(accumulate(self._lengths(), initial=0))
+        return self._found
+
+    def __len__(self) -> int:
+        return self._starts[-1]
 
     def _row(self, index: int):
         raise NotImplementedError
@@ -202,20 +218,14 @@ class _Blocks(_Rows):
     """A column kept as blocks, a rank's calls each (the first item of a block holds one value per
     call); a row is found by bisecting where the blocks start."""
 
-    __slots__ = ("blocks", "_found")
+    __slots__ = ("blocks",)
 
     def __init__(self, blocks: list[tuple]) -> None:
+        super().__init__()
         self.blocks = blocks
-        self._found: list[int] | None = None  # made when first asked for: a database written is often never read
 
-    @property
-    def _starts(self) -> list[int]:
-        if self._found is None:
-            self._found = list(accumulate((len(block[0]) for block in self.blocks), initial=0))
-        return self._found
-
-    def __len__(self) -> int:
-        return self._starts[-1]
+    def _lengths(self) -> Iterable[int]:
+        return (len(block[0]) for block in self.blocks)
 
     def _read(self, block: tuple, at: int):
         raise NotImplementedError
@@ -296,21 +306,15 @@ class Repeats(_Rows):
     arrays for a table, where a block per rank (BlockCodes) cost a tuple and a list each to build
     and to pickle."""
 
-    __slots__ = ("values", "counts", "_found")
+    __slots__ = ("values", "counts")
 
     def __init__(self, values: Sequence, counts: Sequence[int]) -> None:
+        super().__init__()
         self.values = values
         self.counts = counts
-        self._found: list[int] | None = None  # where each run starts: made when first asked for
 
-    @property
-    def _starts(self) -> list[int]:
-        if self._found is None:
-            self._found = list(accumulate(self.counts, initial=0))
-        return self._found
-
-    def __len__(self) -> int:
-        return self._starts[-1]
+    def _lengths(self) -> Iterable[int]:
+        return self.counts
 
     def _row(self, index: int):
         return self.values[bisect_right(self._starts, index) - 1]

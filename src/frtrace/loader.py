@@ -23,7 +23,7 @@ from .reading import workers as worker_processes
 from .reading.discover import Discovery, DumpFile
 from .errors import DumpError, InternalError, LimitError, display_path, printable
 from .reading.fastpath import clean_text, dtype_name, is_p2p_name, split_profiling_name
-from .reading.groups import is_default_group, outvoted_configs, replica_size
+from .reading.groups import distinct_configs, is_default_group, outvoted_configs, replica_size
 from .reading.limits import MAX_DIMS, MAX_ENTRIES, MAX_FRAMES, MAX_INT, MAX_RANK, MAX_SHAPES, MAX_TEXT, memory_limit_text
 from .reading.safe_read import HugeInt, read_raw, short_reason
 from .reading.runs import make_runs
@@ -665,8 +665,8 @@ def _world_from_configs(dumps: dict[int, Dump]) -> int | None:
     outvoted, _ = outvoted_configs(dumps)
     if outvoted:
         standing = [c for rank, d in dumps.items() for c in d.group_configs if (rank, id(c)) not in outvoted]
-    else:  # most often: each shared config once (the loader shares one object among equal configs)
-        standing = {id(c): c for d in dumps.values() for c in d.group_configs}.values()
+    else:  # most often
+        standing = distinct_configs(dumps)
     sizes = [max(c.ranks) + 1 for c in standing if is_default_group(c.name, c.desc)]
     return max(sizes) if sizes else None
 

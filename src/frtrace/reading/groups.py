@@ -7,6 +7,7 @@ ranks: the default group spans the world, and a subgroup holds the ranks that re
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 from math import prod
@@ -37,13 +38,18 @@ def is_default_group(name: str, desc: str) -> bool:
     return desc == "default_pg" or (name == "0" and desc in ("", "undefined"))
 
 
+def distinct_configs(dumps: dict[int, Dump]) -> Iterable[GroupConfig]:
+    """Every pg_config the dumps hold, each object once: the loader shares one object among equal
+    configs, so a config every rank lists is looked at once, not once a rank."""
+    return {id(c): c for d in dumps.values() for c in d.group_configs}.values()
+
+
 def replica_size(dumps: dict[int, Dump]) -> int | None:
     """The size of a torchft replica group, where the dumps are torchft's: each replica group runs
     as its own job, so every rank's default group lists the replica-LOCAL ranks 0..g-1, and the
     ranks beyond g (which those lists leave out) fill at least one other replica. None otherwise
     (one rank's odd list, a stray file of a higher rank: not a replica)."""
-    configs = {id(c): c for d in dumps.values() for c in d.group_configs if c.desc == "default_pg"}  # shared: each once
-    lists = {c.ranks for c in configs.values()}
+    lists = {c.ranks for c in distinct_configs(dumps) if c.desc == "default_pg"}
     if len(lists) != 1:
         return None
     (local,) = lists
@@ -99,7 +105,7 @@ def outvoted_configs(dumps: dict[int, Dump]) -> tuple[set[tuple[int, int]], list
     inferred from the entries. Lists that share no rank are different groups of one name
     (split_group), and all stand."""
     # the loader shares one object among equal configs: each distinct list is hashed once, not once a rank
-    distinct = {id(c): c for d in dumps.values() for c in d.group_configs}.values()
+    distinct = distinct_configs(dumps)
     if len({(c.name, c.ranks) for c in distinct}) == len({c.name for c in distinct}):  # no name lists two: none outvoted
         return set(), []
     by_object: dict[int, list[tuple[int, GroupConfig]]] = defaultdict(list)
