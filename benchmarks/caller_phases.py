@@ -1,6 +1,6 @@
 """Where the caller's CPU goes, phase by phase, for `frtrace -d SET -o /dev/null` (issue 51).
 
-    python benchmarks/caller_phases.py SET [--ray ADDRESS [--node-local]] [--jobs 2] [--repeat 2]
+    python benchmarks/caller_phases.py SET [--ray ADDRESS [--node-local]] [--jobs 2] [--repeat 2] [--steps]
     python benchmarks/caller_phases.py --cluster 2 SET   # a local Ray cluster of 2 nodes (tests/ray_cluster.py)
 
 Runs the command --repeat times in this process (the first run untimed: bytecode, page cache and
@@ -9,11 +9,14 @@ every thread of the caller, Ray's driver threads among them, none of its workers
 the main thread's (time.thread_time: frtrace's own work; a phase that waits, as Ray's wait does,
 counts under the process the CPU other threads spent meanwhile). It prints each phase's CPU per
 dump of the last run by both, in ms: listing the folder (with --ray, by a task on this machine's
-node where it can), reading (load:
-receiving each dump and making it, which with --ray splits into submitting tasks, Ray's wait and
-get, unpickling each answer and unpacking it), groups, the analysis (its steps: tracks, group
-views, blockers, ...), the database built and written, and the rest. With --ray it also says the
-caller's CPU while Ray's driver sits idle for 5 s (a cost of the run's wall, not of its dumps).
+node where it can), reading (load: receiving each dump and making it, which with --ray splits into
+submitting tasks and Ray's wait and get), groups, the analysis, the database built and written,
+and the rest. With --steps also the load's unpacking and the analysis's steps (tracks, group views,
+blockers, ...): several of them run once a dump, and their timers' own cost (four clock reads, 3 us
+a call here) then swells the phases around them by 0.015-0.02 ms a dump; without it, no timer runs
+more than a few times a run. With --ray it also says the caller's CPU while Ray's driver sits idle
+for 5 s (a cost of the run's wall, not of its dumps; benchmarks/ray_tasks.py measures Ray's other
+costs to the caller: importing it, connecting, each task).
 A benchmark, not a test: it asserts nothing, it reports.
 """
 
@@ -71,17 +74,18 @@ class Phases:
         setattr(owner, name, timed)
 
 
-def instrumented() -> Phases:
+def instrumented(steps: bool = False) -> Phases:
     phases = Phases()
     phases.wrap(discover, "walked", "listing (walk)")
     if hasattr(cluster.Cluster, "discover_shared"):  # an older checkout (this script copied into it) lists without it
         phases.wrap(cluster.Cluster, "discover_shared", "listing (a task on this node)")
     phases.wrap(api, "load_dumps", "load")
     phases.wrap(cluster.Cluster, "_step", "  load: Ray wait + get")
-    phases.wrap(wire.Unpacker, "dump", "  load: unpack")
+    if steps:
+        phases.wrap(wire.Unpacker, "dump", "  load: unpack")
     phases.wrap(api, "resolve_groups", "groups")
     phases.wrap(api, "analyze", "analysis")
-    for step in ANALYSIS_STEPS:
+    for step in ANALYSIS_STEPS if steps else ():
         phases.wrap(matcher, step, f"  analysis: {step}")
     phases.wrap(api, "build_database", "database built")
     phases.wrap(api, "write_database", "database written")
@@ -109,6 +113,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cluster", type=int, help="start a local Ray cluster of this many nodes of 1 CPU for the run")
     parser.add_argument("--jobs", type=int, default=2, help="local reading processes (without --ray)")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--steps", action="store_true", help="time the load's unpacking and the analysis's steps too")
     args = parser.parse_args(argv)
     dumps = sum(1 for name in os.listdir(args.set) if name[-1:].isdigit())
     with contextlib.ExitStack() as stack:
@@ -120,7 +125,7 @@ def main(argv=None) -> int:
             address = stack.enter_context(RayCluster(nodes=args.cluster, cpus=1)).address
         command = ["-d", args.set, "-o", os.devnull]
         command += ["--ray", address, *(["--node-local"] if args.node_local else [])] if address else ["--jobs", str(args.jobs)]
-        phases = instrumented()
+        phases = instrumented(args.steps)
         for _ in range(args.repeat):
             phases.spent.clear()
             start, started = clocks(), time.perf_counter()
