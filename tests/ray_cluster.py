@@ -100,7 +100,9 @@ class RayCluster:
             view = self.views[name]
             script = f'mkdir -p "{self.path}" && mount --bind "{view}" "{self.path}" && exec "$@"'
             args = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", *args]
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        # no token asked of its drivers: a `ray start` finding ~/.ray/auth_token (which a bare ray.init() leaves)
+        # would ask one, which drivers given an address never send (Ray 2.60)
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
         log = self.logs / f"{name}.log"
         with open(log, "wb") as out:
             self.processes[name] = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env,
