@@ -66,6 +66,8 @@ def stale_ranks(dumps: dict[int, Dump], tracks_by_rank: dict[int, dict[Group, Tr
         if group in unaligned:  # its members could not be lined up: their numbers say nothing of each other
             continue
         lasts = {}
+        shown, first_shown = 0, None  # the highest joined_through of the members' moments, its first member
+        name = group.name
         for rank in group.ranks:
             dump = dumps.get(rank)
             if dump is None or dump.recorder_off:
@@ -75,13 +77,17 @@ def stale_ranks(dumps: dict[int, Dump], tracks_by_rank: dict[int, dict[Group, Tr
                 lasts[rank] = track.last_seq
             elif _shows_its_moment(dump):
                 lasts[rank] = 0
-            # else: an empty buffer, or one that wrapped past the group, shows no moment in it (a
-            # recorder that keeps only ops in flight, NVRx, holds nothing finished)
+            else:  # an empty buffer, or one that wrapped past the group, shows no moment in it (a
+                continue  # recorder that keeps only ops in flight, NVRx, holds nothing finished)
+            moment = moments.get(rank, _NO_MOMENTS).get(name)  # read here: one pass over the members
+            if moment is not None and moment.joined_through > shown:
+                shown, first_shown = moment.joined_through, rank
         if len(lasts) < 2:
             continue
         # (a member holding the op unfinished while another completed it is no older dump: an op
         # that completed on some members and not on others is stuck below PyTorch)
-        joined, witness, how = witnesses.best(group, lasts, tracks_by_rank, min(lasts.values()), group in renumbered)
+        joined, witness, how = witnesses.best(group, lasts, tracks_by_rank, min(lasts.values()), group in renumbered,
+                                              (shown, first_shown))
         if witness is None:
             continue
         for rank, last in lasts.items():
@@ -112,21 +118,26 @@ class _Witnesses:
         self.cuts: dict[int, int | None] = {}  # rank -> the buffer index with whole steps after it
 
     def best(self, group: Group, lasts: dict[int, int], tracks_by_rank, behind: int,
-             renumbered: bool = False) -> tuple[int, int | None, str]:
+             renumbered: bool = False, shown: tuple[int, int | None] | None = None) -> tuple[int, int | None, str]:
         """(the highest collective of `group` past `behind` a member shows finished, that member,
         how), from every member's reading; where none shows one, from the furthest member's own
         steps (read for that one member only: a buffer costs a pass over its entries). A group
         whose seq ids were lined up anew (anchor.py) is read from its members' tracks: the worker's
-        numbers are the buffer's own."""
+        numbers are the buffer's own. `shown`: the highest joined_through of the moments of the
+        members in `lasts` and its first member, where the caller read them already."""
         joined, witness = behind, None
-        for rank in lasts:
-            if renumbered:
-                done = self._completed_in_track(tracks_by_rank[rank].get(group), behind)
-            else:
-                moment = self.moments.get(rank, _NO_MOMENTS).get(group.name)
-                done = moment.joined_through if moment is not None else 0
-            if done > joined:
-                joined, witness = done, rank
+        if not renumbered and shown is not None:
+            if shown[0] > joined:
+                joined, witness = shown
+        else:
+            for rank in lasts:
+                if renumbered:
+                    done = self._completed_in_track(tracks_by_rank[rank].get(group), behind)
+                else:
+                    moment = self.moments.get(rank, _NO_MOMENTS).get(group.name)
+                    done = moment.joined_through if moment is not None else 0
+                if done > joined:
+                    joined, witness = done, rank
         if witness is not None:
             how = "completed" if not self.dumps[witness].entries.from_gloo else "retired, and its rank issued ops past its timeout"
             return joined, witness, how
@@ -194,19 +205,22 @@ def late_arrivals(dumps: dict[int, Dump], table: GroupTable, moments: dict[int, 
     for group in table.groups:
         held = {}
         lasts = set()
+        name = group.name
         for rank in group.ranks:
             if rank not in dumps or rank in unseen:
                 continue
-            moment = moments.get(rank, _NO_MOMENTS).get(group.name)
+            moment = moments.get(rank, _NO_MOMENTS).get(name)
+            # a member whose last op finished, or holds no deadline, rules the group out: left at
+            # once (the last ops of all but a hung group are done: most groups end at their first member)
+            if moment is None or moment.last_done or not moment.last_created_ns or not moment.last_timeout_ms:
+                break
             track = tracks_by_rank[rank].get(group)
-            if moment is None or track is None or track.first_seq is None:
+            if track is None or track.first_seq is None:
                 break
             held[rank] = moment
             lasts.add(track.last_seq)
         else:
             if len(held) < 2 or len(lasts) != 1:
-                continue
-            if any(not m.last_created_ns or not m.last_timeout_ms or m.last_done for m in held.values()):
                 continue
             first = min(held, key=lambda r: held[r].last_created_ns)
             deadline = held[first].last_created_ns + held[first].last_timeout_ms * _NS_PER_MS + _CLOCKS_NS
