@@ -57,7 +57,9 @@ class _Shared:
         self.shapes: dict = {}
         self.frames: dict = {}
         self.kinds_read: dict[int, tuple[str, list]] = {}  # id of a kind -> its op and sizes as the calls table reads them
+        self.readings: dict[tuple[str, int], tuple[str, list]] = {}  # (op, id of its sizes' list) -> one reading
         self.call_lists: dict[tuple, list] = {}  # ("ops", ...) or ("sizes", ids of shape lists) -> one list
+        self.calls_of: dict[tuple, tuple[list, list]] = {}  # ids of a dump's kinds' readings -> its two lists
 
     def shape_list(self, shapes: tuple) -> list:
         found = self.shapes.get(shapes)
@@ -68,18 +70,28 @@ class _Shared:
     def calls_values(self, kinds: tuple) -> tuple[list, list]:
         """The op and the input sizes of each of a dump's kinds as the calls table reads them, each
         list one object for every dump that reads alike: where no two ranks' kinds are one tuple (a
-        kind names its group), each kind, which ranks share (wire.Unpacker), is read once (the
-        dumps outlive the database's building, so no id is reused meanwhile)."""
-        read = []
-        for kind in kinds:
-            found = self.kinds_read.get(id(kind))
-            if found is None:
-                found = self.kinds_read[id(kind)] = (profiling_name(kind.backend, kind.op), self.shape_list(kind.input_sizes))
-            read.append(found)
-        ops = [op for op, _ in read]
-        sizes = [shapes for _, shapes in read]
-        return (self.call_lists.setdefault(("ops", *ops), ops),
-                self.call_lists.setdefault(("sizes", *map(id, sizes)), sizes))
+        kind names its group), each kind, which ranks share (wire.Unpacker), is read once, and its
+        reading is one object for the kinds that read alike, so that a dump's lists are found by
+        the identities of its readings in one look-up (the dumps outlive the database's building,
+        so no id is reused meanwhile)."""
+        read = tuple(map(self.kinds_read.get, map(id, kinds)))
+        if None in read:
+            read = tuple(map(self._read, kinds))
+        key = tuple(map(id, read))
+        found = self.calls_of.get(key)
+        if found is None:
+            ops = [op for op, _ in read]
+            sizes = [shapes for _, shapes in read]
+            found = self.calls_of[key] = (self.call_lists.setdefault(("ops", *ops), ops),
+                                          self.call_lists.setdefault(("sizes", *map(id, sizes)), sizes))
+        return found
+
+    def _read(self, kind) -> tuple[str, list]:
+        found = self.kinds_read.get(id(kind))
+        if found is None:
+            op, shapes = profiling_name(kind.backend, kind.op), self.shape_list(kind.input_sizes)
+            found = self.kinds_read[id(kind)] = self.readings.setdefault((op, id(shapes)), (op, shapes))
+        return found
 
     def frame_list(self, dump: Dump, stack_id: int) -> list:
         """One list for each stack of each tuple of stacks, which ranks share (wire.Unpacker;
