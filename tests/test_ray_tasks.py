@@ -183,3 +183,39 @@ def test_a_process_confined_to_roots_lists_a_shared_folder_itself(tmp_path, monk
     reader = Cluster.__new__(Cluster)
     reader.ray, reader._remote = _Driver("head", [{"NodeID": "head", "Alive": True, "Resources": {"CPU": 4}}]), {}
     assert reader.discover_shared(str(tmp_path), None) is None
+
+
+def _leaves(value, found: dict) -> dict:
+    """Each str and bytes value in nested tuples -> the ids of the objects holding it."""
+    if type(value) is tuple:
+        for item in value:
+            _leaves(item, found)
+    elif type(value) in (str, bytes):
+        found.setdefault(value, set()).add(id(value))
+    return found
+
+
+def test_a_tasks_answers_are_its_workers_value_for_value_each_short_one_held_alike_once():
+    """_read_here sends its answers as one pickle of their list: the worker's answers value for
+    value, each short string or bytes value (digests, names) one object in it, and nothing else
+    merged: 1 and True are equal, yet a flag stays a flag."""
+    import pickle
+
+    from frtrace.loader import read_pickled
+    from frtrace.reading.discover import find_dump_files
+
+    jobs = [(f.path, f.rank) for f in find_dump_files(os.path.join(os.path.dirname(__file__), "..", "fixtures",
+                                                                   "healthy")).files]
+    assert len(jobs) >= 4
+    version, sent = cluster._read_here(pickle.dumps(jobs), False, False)
+    answers = pickle.loads(sent)
+    assert version == cluster.__version__
+    assert answers == [pickle.loads(answer) for answer in read_pickled(jobs, 1, False)]
+    held = _leaves(tuple(answers), {})
+    assert any(len(value) == 16 for value in held if type(value) is bytes)  # the digests that name shared values
+    assert all(len(ids) == 1 for value, ids in held.items() if len(value) <= cluster._INTERNED_LENGTH)
+    name, digest = (lambda: "".join(["p", "g"])), (lambda: bytes([100]) * 16)  # a new object each call
+    merged = pickle.loads(cluster._batched([(1, name(), digest(), 0), (True, name(), digest(), False)]))
+    assert merged == [(1, "pg", b"d" * 16, 0), (True, "pg", b"d" * 16, False)]
+    assert [type(value) for answer in merged for value in answer] == [int, str, bytes, int, bool, str, bytes, bool]
+    assert merged[0][1] is merged[1][1] and merged[0][2] is merged[1][2]
