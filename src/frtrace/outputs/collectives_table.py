@@ -51,6 +51,11 @@ class CollectiveColumns:
         self._states: list[str] | None = None  # every view's state codes' values, then "mixed"
         self._ids_of: dict[int, list] = {}  # id of a record id column holding None (self.dumps keeps it) -> its values with -1
         self._issued_of: dict[tuple, tuple] = {}  # see _issued
+        self._zeros: dict[int, bytes] = {}  # n -> n zero codes
+        self._constants: dict[tuple, tuple] = {}  # see _held_by_all
+        self._slices: dict[tuple[int, int, int], tuple] = {}  # see _slice
+        self._kind_blocks: dict[int, list[tuple]] = {}  # id of a run's kind codes -> its blocks of the five columns they show
+        self._state_blocks: dict[int, tuple] = {}  # id of a run's state codes -> its block
 
     def add(self, checks: Checks) -> None:
         """Add the checks of the analysis, in order."""
@@ -113,13 +118,12 @@ class CollectiveColumns:
         n = last - first + 1
         group_id, expected, _ = self._group(group, first, last, view, n)
         self._close_loose()
-        zeros = bytes(n)  # the codes of a value every row holds, one object for every column of the run
         (group_ids, passed, seqs, p2p_seqs, record_ids, descs, names, input_sizes, output_sizes, expected_ranks,
          states, frames, input_numels, output_numels, missing_ranks, mismatched, mismatch) = self.blocks
         for column, value in ((group_ids, group_id), (passed, not missing), (descs, pg_desc(group.name, group.desc)),
                               (expected_ranks, expected), (missing_ranks, frozenset(missing) or None),
                               (mismatched, None), (mismatch, None)):
-            column.append((zeros, [value]))
+            column.append(self._held_by_all(n, value))
         seqs.append((range(n), range(first, last + 1)))
         for rank, track, a, b in view.owners(first, last):
             entries = track.entries
@@ -129,22 +133,53 @@ class CollectiveColumns:
             record_ids.append((positions, self._record_ids(entries.record_id)))
             frames.append((codes, [self.shared.frame_list(self.dumps[rank], s) for s in distinct]))
         ref, codes = view.reference, view.codes
-        at = slice(first - ref.first_seq, last - ref.first_seq + 1)
-        run_kinds = ref.kinds[at]
-        for column, by_code in zip((names, input_sizes, output_sizes, input_numels, output_numels), self._display(codes)):
-            column.append((run_kinds, by_code))
+        start, end = first - ref.first_seq, last - ref.first_seq + 1
+        run_kinds = self._slice(ref.kinds, start, end)
+        kind_blocks = self._kind_blocks.get(id(run_kinds))
+        if kind_blocks is None:  # (the slice kept by self._slices: its id stays its own)
+            kind_blocks = self._kind_blocks[id(run_kinds)] = [(run_kinds, by_code) for by_code in self._display(codes)]
+        for column, block in zip((names, input_sizes, output_sizes, input_numels, output_numels), kind_blocks):
+            column.append(block)
         if self._states is None:
             self._states = [*codes.states, "mixed"]
-        run_states = ref.states[at]
         others = self._other_seqs.get(id(view))
         if others is None:
             others = self._other_seqs[id(view)] = sorted(view.mixed_states)
         mixed = others[bisect_left(others, first):bisect_right(others, last)]
         if mixed:  # some issuer is in another state than the reference's
-            run_states = array("i", list(run_states))  # bytes where codes fit in one, and "mixed" may not
+            run_states = array("i", list(ref.states[start:end]))  # bytes where codes fit in one, and "mixed" may not
             for seq in mixed:
                 run_states[seq - first] = len(self._states) - 1
-        states.append((run_states, self._states))
+            states.append((run_states, self._states))
+        else:
+            run_states = self._slice(ref.states, start, end)
+            block = self._state_blocks.get(id(run_states))
+            if block is None:
+                block = self._state_blocks[id(run_states)] = (run_states, self._states)
+            states.append(block)
+
+    def _held_by_all(self, n: int, value) -> tuple:
+        """The block of `n` rows that all hold `value`: (n zero codes, [value]), one object for
+        every run of that length and value (most groups' runs hold True, None, and are of one
+        length where their ranks run one program), which a pickle then writes once."""
+        key = (n, type(value), value)  # typed: 1 and True are equal
+        found = self._constants.get(key)
+        if found is None:
+            zeros = self._zeros.get(n)
+            if zeros is None:
+                zeros = self._zeros[n] = bytes(n)
+            found = self._constants[key] = (zeros, [value])
+        return found
+
+    def _slice(self, column, start: int, end: int):
+        """column[start:end], one object for the runs of every group whose reference holds the
+        same column (Codes recodes each shared column once: a job's tensor-parallel groups share
+        one), kept with the column so that neither id is reused."""
+        key = (id(column), start, end)
+        found = self._slices.get(key)
+        if found is None:
+            found = self._slices[key] = (column, column[start:end])
+        return found[1]
 
     def _issued(self, track, first: int, last: int) -> tuple:
         """The buffer positions of seq ids first..last in the track, and their stack ids as codes
