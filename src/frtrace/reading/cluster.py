@@ -44,8 +44,9 @@ from .discover import Discovery, DumpFile, Found, find_dump_files, finish, walke
 from .limits import confined
 from .remote import reason
 
-_TASK_FILES = 512  # files one task reads at most: a task's answers are held whole until it ends (0.6 kB a dump
-# where ranks share their columns, 107 kB where none does and times are asked: 55 MB a task at worst)
+_TASK_FILES = 512  # files one task reads at most: a task's answers are held whole until it ends (0.3 kB a dump
+# where ranks share their columns, 107 kB where none does and times are asked: 55 MB a task at worst, twice while
+# _batched pickles them)
 _TASK_FILES_LEAST = 256  # files one task reads at least where there are so many: each task costs the caller 3-5 ms
 # of its CPU here (Ray's submission, wait and get; benchmarks/ray_tasks.py), 0.01-0.02 ms a dump at 256 files,
 # against its 0.1 ms a dump in all
