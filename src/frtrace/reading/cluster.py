@@ -19,10 +19,9 @@ A task reads its files as the local loader does, in a worker process of its own
 (reading.workers: a file that crashes or exhausts it costs that file, never the task), and sends
 its answers back as one pickle, each value its answers hold alike in it once (_batched); the
 caller unpacks them in job order with its one wire.Unpacker, so the outputs are a local run's on
-the same files. Tasks are
-never retried (max_retries=0): a node that dies, or does not answer within the deadline (no task
-done for --timeout seconds), costs its files, each said as not read with why; a cluster that
-cannot be reached is one line. Ray's own logs never reach standard output.
+the same files. Tasks are never retried (max_retries=0): a node that dies, or does not answer
+within the deadline (no task done for --timeout seconds), costs its files, each said as not read
+with why; a cluster that cannot be reached is one line. Ray's own logs never reach standard output.
 """
 
 from __future__ import annotations
