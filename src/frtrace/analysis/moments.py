@@ -60,7 +60,7 @@ def stale_ranks(dumps: dict[int, Dump], tracks_by_rank: dict[int, dict[Group, Tr
     """Each rank whose dump is older than a collective of one of its groups that a member's dump
     shows finished (one that waits for every member): it ends before that op. The proof, by rank
     (the first group that shows it)."""
-    witnesses = _Witnesses(dumps, table, moments, codes)
+    witnesses = _Witnesses(dumps, table, codes)
     found: dict[int, Stale] = {}
     for group in table.groups:
         if group in unaligned:  # its members could not be lined up: their numbers say nothing of each other
@@ -109,35 +109,28 @@ class _Witnesses:
     whole steps of the step the rank repeats was waited for (a program waits for a step's ops
     before the next step), however its ops were issued."""
 
-    def __init__(self, dumps: dict[int, Dump], table: GroupTable, moments: dict[int, dict[str, GroupMoment]],
-                 codes=None) -> None:
+    def __init__(self, dumps: dict[int, Dump], table: GroupTable, codes=None) -> None:
         self.dumps = dumps
         self.table = table
-        self.moments = moments
         self.codes = codes  # align.Codes: a track's states, where the worker's numbers are not the track's
         self.cuts: dict[int, int | None] = {}  # rank -> the buffer index with whole steps after it
 
-    def best(self, group: Group, lasts: dict[int, int], tracks_by_rank, behind: int,
-             renumbered: bool = False, shown: tuple[int, int | None] | None = None) -> tuple[int, int | None, str]:
+    def best(self, group: Group, lasts: dict[int, int], tracks_by_rank, behind: int, renumbered: bool,
+             shown: tuple[int, int | None]) -> tuple[int, int | None, str]:
         """(the highest collective of `group` past `behind` a member shows finished, that member,
-        how), from every member's reading; where none shows one, from the furthest member's own
-        steps (read for that one member only: a buffer costs a pass over its entries). A group
+        how), from every member's reading (`shown`: the highest joined_through of the moments of the
+        members in `lasts`, and its first member); where none shows one, from the furthest member's
+        own steps (read for that one member only: a buffer costs a pass over its entries). A group
         whose seq ids were lined up anew (anchor.py) is read from its members' tracks: the worker's
-        numbers are the buffer's own. `shown`: the highest joined_through of the moments of the
-        members in `lasts` and its first member, where the caller read them already."""
+        numbers are the buffer's own."""
         joined, witness = behind, None
-        if not renumbered and shown is not None:
-            if shown[0] > joined:
-                joined, witness = shown
-        else:
+        if renumbered:
             for rank in lasts:
-                if renumbered:
-                    done = self._completed_in_track(tracks_by_rank[rank].get(group), behind)
-                else:
-                    moment = self.moments.get(rank, _NO_MOMENTS).get(group.name)
-                    done = moment.joined_through if moment is not None else 0
+                done = self._completed_in_track(tracks_by_rank[rank].get(group), behind)
                 if done > joined:
                     joined, witness = done, rank
+        elif shown[0] > joined:
+            joined, witness = shown
         if witness is not None:
             how = "completed" if not self.dumps[witness].entries.from_gloo else "retired, and its rank issued ops past its timeout"
             return joined, witness, how
