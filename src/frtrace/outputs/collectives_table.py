@@ -49,13 +49,12 @@ class CollectiveColumns:
         self._other_seqs: dict[int, list[int]] = {}  # id(view) -> its seq ids with other states, sorted
         self._by_code: list[list] | None = None  # see _display; every view shares one Codes
         self._states: list[str] | None = None  # every view's state codes' values, then "mixed"
+        self._shown_states: list[list[str]] = []  # [self._states], as _run_blocks reads it
         self._ids_of: dict[int, list] = {}  # id of a record id column holding None (self.dumps keeps it) -> its values with -1
         self._issued_of: dict[tuple, tuple] = {}  # see _issued
         self._zeros: dict[int, bytes] = {}  # n -> n zero codes
         self._constants: dict[tuple, tuple] = {}  # see _held_by_all
-        self._slices: dict[tuple[int, int, int], tuple] = {}  # see _slice
-        self._kind_blocks: dict[int, list[tuple]] = {}  # id of a run's kind codes -> its blocks of the five columns they show
-        self._state_blocks: dict[int, tuple] = {}  # id of a run's state codes -> its block
+        self._runs_shown: dict[tuple, tuple] = {}  # see _run_blocks
 
     def add(self, checks: Checks) -> None:
         """Add the checks of the analysis, in order."""
@@ -134,14 +133,12 @@ class CollectiveColumns:
             frames.append((codes, [self.shared.frame_list(self.dumps[rank], s) for s in distinct]))
         ref, codes = view.reference, view.codes
         start, end = first - ref.first_seq, last - ref.first_seq + 1
-        run_kinds = self._slice(ref.kinds, start, end)
-        kind_blocks = self._kind_blocks.get(id(run_kinds))
-        if kind_blocks is None:  # (the slice kept by self._slices: its id stays its own)
-            kind_blocks = self._kind_blocks[id(run_kinds)] = [(run_kinds, by_code) for by_code in self._display(codes)]
-        for column, block in zip((names, input_sizes, output_sizes, input_numels, output_numels), kind_blocks):
+        for column, block in zip((names, input_sizes, output_sizes, input_numels, output_numels),
+                                 self._run_blocks(ref.kinds, start, end, self._display(codes))):
             column.append(block)
         if self._states is None:
             self._states = [*codes.states, "mixed"]
+            self._shown_states = [self._states]
         others = self._other_seqs.get(id(view))
         if others is None:
             others = self._other_seqs[id(view)] = sorted(view.mixed_states)
@@ -152,11 +149,7 @@ class CollectiveColumns:
                 run_states[seq - first] = len(self._states) - 1
             states.append((run_states, self._states))
         else:
-            run_states = self._slice(ref.states, start, end)
-            block = self._state_blocks.get(id(run_states))
-            if block is None:
-                block = self._state_blocks[id(run_states)] = (run_states, self._states)
-            states.append(block)
+            states.extend(self._run_blocks(ref.states, start, end, self._shown_states))
 
     def _held_by_all(self, n: int, value) -> tuple:
         """The block of `n` rows that all hold `value`: (n zero codes, [value]), one object for
@@ -171,14 +164,16 @@ class CollectiveColumns:
             found = self._constants[key] = (zeros, [value])
         return found
 
-    def _slice(self, column, start: int, end: int):
-        """column[start:end], one object for the runs of every group whose reference holds the
-        same column (Codes recodes each shared column once: a job's tensor-parallel groups share
-        one), kept with the column so that neither id is reused."""
-        key = (id(column), start, end)
-        found = self._slices.get(key)
+    def _run_blocks(self, column, start: int, end: int, shown: list[list]) -> list[tuple]:
+        """(column[start:end], values) for each list of values in `shown` (self keeps it): one
+        slice and its blocks for the runs of every group whose reference holds the same column
+        (Codes recodes each shared column once: a job's tensor-parallel groups share one), kept
+        with the column so that no id is reused."""
+        key = (id(column), start, end, id(shown))
+        found = self._runs_shown.get(key)
         if found is None:
-            found = self._slices[key] = (column, column[start:end])
+            part = column[start:end]
+            found = self._runs_shown[key] = (column, [(part, values) for values in shown])
         return found[1]
 
     def _issued(self, track, first: int, last: int) -> tuple:
