@@ -76,6 +76,10 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+class NotListening(RuntimeError):
+    """The head's GCS port took no connection: its `ray start` ended, or did not listen in the time given."""
+
+
 class RayCluster:
     """A head node and `nodes - 1` more, each with `cpus` CPUs; `views`: node name -> the folder
     its `path` shows (nodes named there are the cluster's nodes, the head first)."""
@@ -109,38 +113,75 @@ class RayCluster:
                                                     start_new_session=True)
 
     def start(self, timeout: float = 90) -> RayCluster:
-        import ray
-
-        self._start(self.names[0], head=True)
-        self._wait_for(1, timeout)
+        self._start_head(timeout)
         for count, name in enumerate(self.names[1:], start=2):  # one at a time: raylets starting together take one port
             self._start(name, head=False)
             self._wait_for(count, timeout)
-        del ray
         return self
 
-    def alive_nodes(self) -> list[dict]:
-        """ray.nodes() of the alive nodes, asked in a process of its own (the caller stays no driver)."""
+    def _start_head(self, timeout: float) -> None:
+        """The head started, once more on another port where its GCS never listened on the first: a port
+        found free may be taken before the GCS binds it (its `ray start` then ends after some 40 s; CI saw a
+        driver wait two minutes on such a head)."""
+        for last in (False, True):
+            self._start(self.names[0], head=True)
+            try:
+                self._wait_for(1, timeout)
+                return
+            except NotListening:
+                if last:
+                    raise
+                self.stop()
+                self.port = _free_port()
+                self.address = f"127.0.0.1:{self.port}"
+                self.logs.mkdir(parents=True, exist_ok=True)
+
+    def _listening(self) -> bool:
+        """Whether the head's GCS port takes connections: a driver given an address where nothing listens
+        retries for minutes (Ray 2.60), so none is started before."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def alive_nodes(self, timeout: float = 60) -> list[dict]:
+        """ray.nodes() of the alive nodes, asked in a process of its own (the caller stays no driver);
+        none where it does not answer within `timeout` seconds."""
         code = ("import json, ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
                 "print(json.dumps([{'id': n['NodeID'], 'name': n.get('NodeName'), 'cpus': n['Resources'].get('CPU', 0)} "
                 "for n in ray.nodes() if n['Alive']]))" % self.address)
-        said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+        try:
+            said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                                  check=False)
+        except subprocess.TimeoutExpired:  # the child is killed by run()
+            return []
         if said.returncode != 0:
             return []
         import json
 
         return json.loads(said.stdout.strip().splitlines()[-1])
 
+    def _said(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
+
     def _wait_for(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if len(self.alive_nodes()) >= count:
-                return
+            listening = self._listening()
             for name, process in self.processes.items():
                 if process.poll() is not None:
-                    said = (self.logs / f"{name}.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"ray start of {name} ended with status {process.returncode}: {said}")
+                    failure = NotListening if not listening else RuntimeError
+                    raise failure(f"ray start of {name} ended with status {process.returncode}: {self._said(name)}")
+            if not listening:
+                time.sleep(1)
+                continue
+            if len(self.alive_nodes(timeout=max(5.0, deadline - time.monotonic()))) >= count:
+                return
             time.sleep(1)
+        head = self.names[0]
+        if not self._listening():
+            raise NotListening(f"the head's GCS did not listen on port {self.port} within {timeout} s: {self._said(head)}")
         raise RuntimeError(f"{count} Ray nodes were not up within {timeout} s")
 
     def kill(self, name: str) -> None:
