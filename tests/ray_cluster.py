@@ -76,8 +76,13 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-class NotListening(RuntimeError):
-    """The head's GCS port took no connection: its `ray start` ended, or did not listen in the time given."""
+class NotUp(RuntimeError):
+    """A node that did not come up on its own account: its `ray start` ended, or (the head) its GCS port
+    took no connection in the time given."""
+
+    def __init__(self, node: str, said: str) -> None:
+        super().__init__(said)
+        self.node = node
 
 
 class RayCluster:
@@ -113,28 +118,27 @@ class RayCluster:
                                                     start_new_session=True)
 
     def start(self, timeout: float = 90) -> RayCluster:
-        self._start_head(timeout)
-        for count, name in enumerate(self.names[1:], start=2):  # one at a time: raylets starting together take one port
-            self._start(name, head=False)
-            self._wait_for(count, timeout)
+        for count, name in enumerate(self.names, start=1):  # one at a time: raylets starting together take one port
+            self._start_node(name, count, timeout)
         return self
 
-    def _start_head(self, timeout: float) -> None:
-        """The head started, once more on another port where its GCS never listened on the first: a port
-        found free may be taken before the GCS binds it (its `ray start` then ends after some 40 s; CI saw a
-        driver wait two minutes on such a head)."""
+    def _start_node(self, name: str, count: int, timeout: float) -> None:
+        """`name` started as the cluster's `count`th node (the first its head), once more (the head on another
+        port) where it did not come up on its own account: a port found free, by this class or by Ray, may be
+        taken before it is bound (a head's `ray start` then ends after some 40 s; CI saw a driver wait two
+        minutes on such a head)."""
         for last in (False, True):
-            self._start(self.names[0], head=True)
+            self._start(name, head=count == 1)
             try:
-                self._wait_for(1, timeout)
+                self._wait_for(count, timeout)
                 return
-            except NotListening:
-                if last:
+            except NotUp as failed:
+                if last or failed.node != name:
                     raise
-                self.stop()
-                self.port = _free_port()
-                self.address = f"127.0.0.1:{self.port}"
-                self.logs.mkdir(parents=True, exist_ok=True)
+                self.kill(name)
+                if count == 1:
+                    self.port = _free_port()
+                    self.address = f"127.0.0.1:{self.port}"
 
     def _listening(self) -> bool:
         """Whether the head's GCS port takes connections: a driver given an address where nothing listens
@@ -168,12 +172,10 @@ class RayCluster:
     def _wait_for(self, count: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            listening = self._listening()
             for name, process in self.processes.items():
                 if process.poll() is not None:
-                    failure = NotListening if not listening else RuntimeError
-                    raise failure(f"ray start of {name} ended with status {process.returncode}: {self._said(name)}")
-            if not listening:
+                    raise NotUp(name, f"ray start of {name} ended with status {process.returncode}: {self._said(name)}")
+            if not self._listening():
                 time.sleep(1)
                 continue
             if len(self.alive_nodes(timeout=max(5.0, deadline - time.monotonic()))) >= count:
@@ -181,18 +183,19 @@ class RayCluster:
             time.sleep(1)
         head = self.names[0]
         if not self._listening():
-            raise NotListening(f"the head's GCS did not listen on port {self.port} within {timeout} s: {self._said(head)}")
+            raise NotUp(head, f"the head's GCS did not listen on port {self.port} within {timeout} s: {self._said(head)}")
         raise RuntimeError(f"{count} Ray nodes were not up within {timeout} s")
 
     def kill(self, name: str) -> None:
         """The node `name` killed outright (SIGKILL to it and everything below it), as a host that dies."""
         process = self.processes.pop(name)
-        below = descendants(process.pid)
-        for pid in [process.pid, *below]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        # an ended one's pid may be another process's by now (and a `ray start --block` that ends ends what it started)
+        if process.poll() is None:
+            for pid in [process.pid, *descendants(process.pid)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         process.wait(timeout=30)
 
     def stop(self) -> None:
