@@ -15,6 +15,7 @@ process descended from them (raylets, GCS, workers), found before any is signall
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -47,6 +48,23 @@ def namespaces_available() -> str | None:
 
 
 def _free_port() -> int:
+    """A port that binds now, at random below the range the system gives the own ends of outgoing
+    connections, which Ray's processes open by the hundred (the port bind() gives for port 0 is from that
+    range, where CI saw a head whose GCS never listened, as where its port is taken before it binds it),
+    and above Ray's workers' ports (10002-19999); Ray picks a node's own ports at random above the first
+    such port (its Node._get_unused_port), so never below it."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(100):
+        port = random.randint(20000, max(20001, low - 1))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
