@@ -51,8 +51,9 @@ def _free_port() -> int:
     """A port that binds now, at random below the range the system gives the own ends of outgoing
     connections, which Ray's processes open by the hundred (the port bind() gives for port 0 is from that
     range, where CI saw a head whose GCS never listened, as where its port is taken before it binds it),
-    and above Ray's workers' ports (10002-19999); Ray picks a node's own ports at random above the first
-    such port (its Node._get_unused_port), so never below it."""
+    and above Ray's workers' ports (10002-19999), holding none of Ray's fixed ports (6379, 8265, 10001,
+    52365). Ray 2.60 finds no port of its own this way on Linux: its Node._get_unused_port, for Windows
+    only, picks far above the port bind() gives, for this same race (ray-project/ray#8254)."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
