@@ -95,6 +95,14 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def _sigkill(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 class NotUp(RuntimeError):
     """A node that did not come up on its own account: its `ray start` ended, or (the head) its GCS port
     took no connection in the time given."""
@@ -210,11 +218,7 @@ class RayCluster:
         process = self.processes.pop(name)
         # an ended one's pid may be another process's by now (and a `ray start --block` that ends ends what it started)
         if process.poll() is None:
-            for pid in [process.pid, *descendants(process.pid)]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            _sigkill([process.pid, *descendants(process.pid)])
         process.wait(timeout=30)
 
     def stop(self) -> None:
@@ -229,12 +233,8 @@ class RayCluster:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        for pids in everything.values():
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        for name, (pid, *below) in everything.items():  # a `ray start` reaped by now: its pid may be another's
+            _sigkill(below if self.processes[name].returncode is not None else [pid, *below])
         for process in self.processes.values():
             try:
                 process.wait(timeout=10)
