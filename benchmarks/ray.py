@@ -2,7 +2,7 @@
 
     python benchmarks/ray.py [--ranks 4096] [--entries 2000] [--nodes 2] [--cpus 1] [--repeat 2]
                              [--generate-args "--tp 8 --timing --stacks own"] [--data bench-data]
-                             [--modes local shared node-local] [--out -o /dev/null]
+                             [--modes local shared node-local floor] [--out -o /dev/null]
 
 Generates the set once (benchmarks/generate.py), starts a real Ray cluster of --nodes nodes of
 --cpus CPUs on this machine (tests/ray_cluster.py; node-local: each node in a mount namespace of
@@ -11,8 +11,14 @@ root), and runs `frtrace -d SET -o /dev/null` as a whole process in each mode, i
 `local` (--jobs = the cluster's CPUs), `shared` (--ray, the set's own folder, which every node
 sees) and `node-local` (--ray --node-local). Each run's caller reports its own CPU (user +
 system, getrusage of itself: not its workers', not the cluster's) and peak RSS before it exits.
-Prints the median of each, the caller's CPU per dump, and each mode's wall against local's,
-measured pair by pair. A benchmark, not a test: it asserts nothing, it reports.
+`floor`, after a --ray mode, is Ray's part alone of such a run: a driver that asks of Ray what
+reading.cluster asks and does nothing of frtrace's (Ray imported and connected, as many tasks of as
+many files as the run's, each sleeping its share of the run's wall and answering 700 bytes a file,
+about what a task's answers hold, waited for and taken one at a time, Ray shut down; the sleep
+shortened by how much longer than it the untimed pass's floor took, so that its wall is the run's),
+measured as a whole process the same way: no caller of `--ray` on this cluster and machine spends
+less. Prints the median of each, the caller's CPU per dump, and each mode's wall against the first
+mode's, measured pair by pair. A benchmark, not a test: it asserts nothing, it reports.
 """
 
 from __future__ import annotations
@@ -41,9 +47,36 @@ RUN = ("import json, os, resource, sys\n"
        f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([code, me.ru_utime + me.ru_stime, me.ru_maxrss]).encode())\n")
 
 
-def measure(args: list[str]) -> tuple[float, float, float, int]:
+FLOOR = ("import json, logging, os, resource, sys, time\n"
+         "import ray\n"
+         "from frtrace import __version__\n"
+         "from frtrace.reading.cluster import _IN_FLIGHT_PER_CPU, task_size\n"
+         "def answer(files, seconds):\n"
+         "    time.sleep(seconds)\n"
+         "    return __version__, bytes(700 * files)\n"
+         "address, files, cpus, wall = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])\n"
+         "ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, configure_logging=True, "
+         "namespace='frtrace')\n"
+         "task = ray.remote(num_cpus=1, max_retries=0)(answer)\n"
+         "size = task_size(files, cpus)\n"
+         "todo = [min(size, files - start) for start in range(0, files, size)][::-1]\n"
+         "pending = {}\n"
+         "while todo or pending:\n"
+         "    while todo and len(pending) < cpus * _IN_FLIGHT_PER_CPU:\n"
+         "        count = todo.pop()\n"
+         "        pending[task.remote(count, wall * cpus * count / files)] = count\n"
+         "    done, _ = ray.wait(list(pending), num_returns=1)\n"
+         "    for ref in done:\n"
+         "        ray.get(ref)\n"
+         "        del pending[ref]\n"
+         "ray.shutdown()\n"
+         "me = resource.getrusage(resource.RUSAGE_SELF)\n"
+         f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([0, me.ru_utime + me.ru_stime, me.ru_maxrss]).encode())\n")
+
+
+def measure(args: list[str], script: str = RUN) -> tuple[float, float, float, int]:
     """Wall seconds, the caller's CPU seconds, its peak RSS in MiB, and the exit code of one run."""
-    wall, (code, cpu, rss_kib) = reported_run(RUN, args, {**ENV, "PYTHONPATH": str(ROOT / "src")})
+    wall, (code, cpu, rss_kib) = reported_run(script, args, {**ENV, "PYTHONPATH": str(ROOT / "src")})
     return wall, cpu, rss_kib / 1024, code
 
 
@@ -71,7 +104,8 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--data", default=str(ROOT / "bench-data"))
     parser.add_argument("--generate-args", default="--tp 8 --timing --stacks own")
-    parser.add_argument("--modes", nargs="+", default=["local", "shared", "node-local"])
+    parser.add_argument("--modes", nargs="+", default=["local", "shared", "node-local"],
+                        choices=["local", "shared", "node-local", "floor"])
     parser.add_argument("--out", nargs="*", default=["-o", os.devnull], help="the outputs each run writes")
     args = parser.parse_args(argv)
 
@@ -88,17 +122,30 @@ def main(argv=None) -> int:
             modes.remove("node-local")
         else:
             views = split(data, args.nodes)
+    if "floor" in modes and not any(mode in ("shared", "node-local") for mode in modes[:modes.index("floor")]):
+        parser.error("floor comes after a --ray mode (shared or node-local), whose wall it matches")
     cpus = args.nodes * args.cpus
     with RayCluster(nodes=args.nodes, cpus=args.cpus, views=views, path=NODE_PATH if views else None) as cluster:
         commands = {"local": ["-d", str(data), "--jobs", str(cpus)],
                     "shared": ["-d", str(data), "--ray", cluster.address],
                     "node-local": ["-d", NODE_PATH, "--ray", cluster.address, "--node-local"]}
         runs: dict[str, list] = {mode: [] for mode in modes}
-        for mode in modes:  # untimed: bytecode cached, the set in the page cache, Ray's workers started
-            measure([*commands[mode], *args.out])
-        for _ in range(args.repeat):
+        slack = 0.0  # how much longer than its tasks' sleep the floor's wall is (start, end, scheduling)
+        # the first pass untimed: bytecode cached, the set in the page cache, Ray's workers started
+        for timed in [False] + [True] * args.repeat:
+            ray_wall = 0.0  # the last --ray run's
             for mode in modes:
-                runs[mode].append(measure([*commands[mode], *args.out]))
+                if mode == "floor":
+                    sleep = max(0.0, ray_wall - slack)
+                    measured = measure([cluster.address, str(args.ranks), str(cpus), f"{sleep:.3f}"], FLOOR)
+                    if not timed:
+                        slack = measured[0] - sleep
+                else:
+                    measured = measure([*commands[mode], *args.out])
+                if mode in ("shared", "node-local"):
+                    ray_wall = measured[0]
+                if timed:
+                    runs[mode].append(measured)
     rows = []
     for mode in modes:
         wall = statistics.median(r[0] for r in runs[mode])
