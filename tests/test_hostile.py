@@ -635,7 +635,7 @@ def test_workers_are_started_by_fork_asked_for_by_name(monkeypatch):
     from frtrace.reading import workers
 
     monkeypatch.setattr("multiprocessing.get_start_method", lambda *a, **k: "forkserver")  # as on 3.14
-    assert workers._context().get_start_method() == "fork"
+    assert workers.process_context().get_start_method() == "fork"
 
 
 # ---------------------------------------------------------------------------- confined reading (frtrace mcp)

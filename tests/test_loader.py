@@ -846,7 +846,7 @@ def test_a_ctrl_c_while_a_worker_starts_is_not_lost(monkeypatch, ctrl_c_as_in_a_
 
     from frtrace.reading import workers
 
-    process_class = workers._context().Process
+    process_class = workers.process_context().Process
     real_start = process_class.start
 
     def start_then_interrupt(self):

@@ -90,7 +90,7 @@ class _Fewer(Exception):
     """No more workers can be started now; the ones running go on."""
 
 
-def _context():
+def process_context():
     """fork where there is one: Python 3.14 made forkserver the default on Linux, which would
     import frtrace again in every worker. 3.11's behaviour, asked for by name, without warnings."""
     import multiprocessing
@@ -112,7 +112,7 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int, pickle
     """
     from multiprocessing.connection import wait
 
-    context = _context()
+    context = process_context()
     processes: list = []
     given: dict = {}  # pipe -> the batches it holds (lists of job indices), in order
     owner: dict = {}  # pipe -> (its worker process, the place in its first batch of the job it reads)
