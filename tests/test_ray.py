@@ -151,6 +151,40 @@ def test_the_api_reads_through_the_cluster_as_the_command_does(shared_cluster, t
     assert (verdict, culprits) == ("desync", [2]) and headline == frtrace("-d", str(SKIP)).stdout.splitlines()[0]
 
 
+def test_the_caller_never_imports_ray_its_driver_is_a_process_of_its_own(shared_cluster, tmp_path):
+    """Ray's driver (its import, its threads, each task's submission and answer) runs in a child
+    process (reading.cluster.DriverProcess): the caller imports no Ray, and its outputs are a local
+    run's."""
+    code = ("import json, sys; from frtrace.cli import main; "
+            "code = main(['-d', sys.argv[1], '--ray', sys.argv[2], '-o', sys.argv[3]]); "
+            "print(json.dumps([code, 'ray' in sys.modules]))")
+    said = subprocess.run([sys.executable, "-c", code, str(SKIP), shared_cluster.address, str(tmp_path / "there.pkl")],
+                          capture_output=True, text=True, timeout=180, check=False)
+    here = frtrace("-d", str(SKIP), "-o", str(tmp_path / "here.pkl"))
+    *shown, last = said.stdout.splitlines()
+    assert json.loads(last) == [here.returncode, False], said.stderr
+    assert shown == here.stdout.splitlines()
+    assert (tmp_path / "there.pkl").read_bytes() == (tmp_path / "here.pkl").read_bytes()
+
+
+def test_a_ray_driver_process_that_dies_costs_the_files_it_had_not_answered_each_said(shared_cluster, tmp_path):
+    """The driver process killed as it starts reading: each file is said as not read, with why,
+    and the command ends, one line a file, no traceback, no wait."""
+    code = ("import os, signal, sys; from frtrace.reading import cluster as c\n"
+            "def batches(self, jobs, times):\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)  # in the driver process, forked from this one\n"
+            "    yield from ()\n"
+            "c.Cluster.batches = batches\n"
+            "from frtrace.cli import main; sys.exit(main(['-d', sys.argv[1], '--ray', sys.argv[2]]))\n")
+    started = time.monotonic()
+    said = subprocess.run([sys.executable, "-c", code, str(SKIP), shared_cluster.address], capture_output=True, text=True,
+                          timeout=180, check=False)
+    assert said.returncode == 2 and "Traceback" not in said.stderr and time.monotonic() - started < 60, said.stderr
+    assert "none of the 4 dump file(s) could be read" in said.stderr
+    assert said.stderr.count("not read: frtrace's Ray driver process ended (killed by signal 9); the file itself may "
+                             "be fine") == 4, said.stderr
+
+
 def test_a_folder_the_nodes_do_not_share_is_said_so_per_file(tmp_path):
     if namespaces_available() is not None:
         pytest.skip(namespaces_available())
@@ -239,13 +273,13 @@ def test_a_node_that_dies_mid_run_costs_its_ranks_with_a_line_each(tmp_path):
     script.write_text(
         "import json, os, signal, sys\n"
         "from frtrace.reading import cluster as c\n"
-        "real = c.Cluster.read\n"
-        "def read(self, jobs, times):\n"
+        "real = c.Cluster.batches  # in the Ray driver process, forked from this one\n"
+        "def batches(self, jobs, times):\n"
         "    for pid in json.loads(sys.argv[3]):\n"
         "        try: os.kill(pid, signal.SIGKILL)\n"
         "        except ProcessLookupError: pass\n"
         "    return real(self, jobs, times)\n"
-        "c.Cluster.read = read\n"
+        "c.Cluster.batches = batches\n"
         "from frtrace.cli import main\n"
         "sys.exit(main(['-d', sys.argv[1], '--ray', sys.argv[2], '--node-local', '--timeout', '30', '--json', sys.argv[4]]))\n")
     with RayCluster(views=views, path=NODE_PATH) as cluster:

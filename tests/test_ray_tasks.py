@@ -219,3 +219,23 @@ def test_a_tasks_answers_are_its_workers_value_for_value_each_short_one_held_ali
     assert merged == [(1, "pg", b"d" * 16, 0), (True, "pg", b"d" * 16, False)]
     assert [type(value) for answer in merged for value in answer] == [int, str, bytes, int, bool, str, bytes, bool]
     assert merged[0][1] is merged[1][1] and merged[0][2] is merged[1][2]
+
+
+def test_answers_come_in_job_order_and_a_job_no_batch_answered_is_said_not_read():
+    """in_job_order: batches in any order give the answers in job order; indices None stand for
+    every job not answered yet (the driver process gone), and a job no batch answered is a
+    DumpError too, never left out."""
+    import pickle
+
+    from frtrace.errors import DumpError
+
+    jobs = [(f"/d/nccl_trace_rank_{rank}", rank) for rank in range(6)]
+    batches = [([2, 3], pickle.dumps(["c", "d"]), None), ([0, 1], pickle.dumps(["a", "b"]), None),
+               ([4], None, "its Ray node is gone")]
+    answers = list(cluster.in_job_order(jobs, batches))
+    assert answers[:4] == ["a", "b", "c", "d"] and len(answers) == 6
+    assert isinstance(answers[4], DumpError) and answers[4].reason == "not read: its Ray node is gone; the file itself may be fine"
+    assert isinstance(answers[5], DumpError) and "no Ray task answered for it" in answers[5].reason
+    gone = list(cluster.in_job_order(jobs, [([1], pickle.dumps(["b"]), None), (None, None, "the driver ended")]))
+    assert gone[1] == "b" and [a.reason for i, a in enumerate(gone) if i != 1] == [
+        "not read: the driver ended; the file itself may be fine"] * 5

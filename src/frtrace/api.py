@@ -30,7 +30,7 @@ from .database import Database
 from .types import Analysis, LoadResult
 
 if TYPE_CHECKING:
-    from .reading.cluster import Cluster
+    from .reading.cluster import Cluster, DriverProcess
 
 
 def default_jobs() -> int:
@@ -41,7 +41,7 @@ def default_jobs() -> int:
 
 
 @contextmanager
-def discovered(trace_dir: str, prefix: str | None, cluster: Cluster | None = None,
+def discovered(trace_dir: str, prefix: str | None, cluster: Cluster | DriverProcess | None = None,
                node_local: bool = False) -> Iterator[Discovery]:
     """The dump files of a folder or an archive, for as long as the block reads them (an archive's
     members are copied out for it, and removed after), or under a URL (reading.remote); with
@@ -76,15 +76,15 @@ def discovered(trace_dir: str, prefix: str | None, cluster: Cluster | None = Non
 
 @contextmanager
 def discovered_through(trace_dir: str, prefix: str | None, ray: str | None = None, node_local: bool = False,
-                       timeout: float | None = None) -> Iterator[tuple[Discovery, Cluster | None]]:
+                       timeout: float | None = None) -> Iterator[tuple[Discovery, Cluster | DriverProcess | None]]:
     """discovered(), and the Ray cluster at `ray` that reads the files where one is given
     (connected for the block, closed after); (discovery, cluster or None)."""
     with ExitStack() as stack:
         cluster = None
         if ray is not None:
-            from .reading.cluster import TIMEOUT, Cluster
+            from .reading.cluster import TIMEOUT, connect
 
-            cluster = stack.enter_context(Cluster(ray, timeout or TIMEOUT))
+            cluster = stack.enter_context(connect(ray, timeout or TIMEOUT))
         yield stack.enter_context(discovered(trace_dir, prefix, cluster, node_local)), cluster
 
 
@@ -98,7 +98,7 @@ def read_set(trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, 
 
 def load_set(discovery: Discovery, trace_dir: str, prefix: str | None, err: TextIO, *, jobs: int = 1, progress: bool = False,
              ft_group_world_size: int | None = None, times: bool = True,
-             cluster: Cluster | None = None) -> tuple[LoadResult, GroupTable]:
+             cluster: Cluster | DriverProcess | None = None) -> tuple[LoadResult, GroupTable]:
     """The dumps discovered read and their groups resolved; skipped files are said on `err`.
     Without `times`, the entries' times are not loaded (load_dumps). With a Ray `cluster`, the
     files are read by its tasks (and node-local stack files on their nodes)."""

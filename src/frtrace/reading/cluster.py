@@ -22,6 +22,9 @@ caller unpacks them in job order with its one wire.Unpacker, so the outputs are 
 the same files. Tasks are never retried (max_retries=0): a node that dies, or does not answer
 within the deadline (no task done for --timeout seconds), costs its files, each said as not read
 with why; a cluster that cannot be reached is one line. Ray's own logs never reach standard output.
+
+The caller never imports Ray itself (connect): a child process of its own is Ray's driver
+(DriverProcess), and forwards each task's answers as the task sent them.
 """
 
 from __future__ import annotations
@@ -30,18 +33,21 @@ import logging
 import os
 import pickle
 import re
+import signal
+import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from .. import __version__
-from ..errors import DumpError, UsageError, display_path, printable
+from ..errors import DumpError, InternalError, UsageError, display_path, printable
 from ..types import SkippedFile
 from .discover import Discovery, DumpFile, Found, find_dump_files, finish, walked
 from .limits import confined
 from .remote import reason
+from .workers import process_context
 
 _TASK_FILES = 512  # files one task reads at most: a task's answers are held whole until it ends (0.3 kB a dump
 # where ranks share their columns, 107 kB where none does and times are asked: 55 MB a task at worst, twice while
@@ -264,14 +270,21 @@ class Cluster:
         """The answers to `jobs` (loader jobs), in order, read by the cluster's tasks: a node's
         own files on it (node-local), others anywhere. A file whose task gave nothing is a
         DumpError saying why."""
+        return in_job_order(jobs, self.batches(jobs, times))
+
+    def batches(self, jobs: list[tuple], times: bool) -> Iterator[tuple[list[int], bytes | None, str | None]]:
+        """(the indices of `jobs` a task read, its answers as one pickle of their list, None) as
+        each task ends, or (indices, None, why they were not read): their node gone, their task
+        failed, or the cluster stopped answering."""
         nodes = {node.id: node for node in self.nodes()}
         queue, gone = self._tasks(jobs, nodes)
-        answers: dict[int, object] = {index: DumpError(jobs[index][0], _not_read("its Ray node is gone")) for index in gone}
+        if gone:
+            yield gone, None, "its Ray node is gone"
         queue.reverse()  # popped from the end: in job order
         in_flight = max(1, sum(node.cpus for node in nodes.values()) * _IN_FLIGHT_PER_CPU)
         shared = not self.node_of
         pending: dict = {}  # ref -> the indices of the jobs it reads
-        next_index, deadline = 0, time.monotonic() + self.timeout
+        deadline = time.monotonic() + self.timeout
         while queue or pending:
             while queue and len(pending) < in_flight:
                 node, indices = queue.pop()
@@ -279,22 +292,12 @@ class Cluster:
                 pending[self._task(_read_here, node).remote(asked, times, shared)] = indices
             for ref, indices, pickled, why in self._step(pending, deadline):
                 del pending[ref]
-                if why is None:  # the task's answers, one pickle of their list (_batched)
-                    answers.update(zip(indices, pickle.loads(pickled)))
-                else:
-                    answers.update((index, DumpError(jobs[index][0], _not_read(why))) for index in indices)
+                yield indices, pickled, why  # the task's answers, one pickle of their list (_batched)
                 if why == self._late():  # the cluster stopped answering: nothing more is asked of it
-                    late = _not_read(f"the Ray cluster did not answer within {self.timeout:g} s (--timeout), so it was "
-                                     "not asked for")
-                    answers.update((i, DumpError(jobs[i][0], late)) for _, waiting in queue for i in waiting)
+                    yield ([i for _, waiting in queue for i in waiting], None,
+                           f"the Ray cluster did not answer within {self.timeout:g} s (--timeout), so it was not asked for")
                     queue.clear()
             deadline = time.monotonic() + self.timeout
-            while next_index in answers:
-                yield answers.pop(next_index)
-                next_index += 1
-        while next_index in answers:
-            yield answers.pop(next_index)
-            next_index += 1
 
     def _tasks(self, jobs: list[tuple], nodes: dict[str, Node]) -> tuple[list[tuple[Node | None, list[int]]], list[int]]:
         """The jobs in tasks of task_size files at most, a node-local file's pinned to its node; and
@@ -313,6 +316,218 @@ class Cluster:
             tasks += [(node, indices[start:start + size]) for start in range(0, len(indices), size)]
         tasks.sort(key=lambda task: task[1][0])
         return tasks, gone
+
+
+def connect(address: str, timeout: float = TIMEOUT) -> Cluster | DriverProcess:
+    """The Ray cluster at `address`, for --ray: asked through a process of its own (DriverProcess),
+    unless this process is a Ray driver already (a Ray Train job calling the API), which asks it
+    itself."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return Cluster(address, timeout)
+    return DriverProcess(address, timeout)
+
+
+class DriverProcess:
+    """A Cluster in a child process of this one, which alone imports Ray and is its driver; this
+    process asks it what it would ask a Cluster (the same methods, the same answers) over a pipe.
+
+    Ray's driver costs its process CPU whatever that process does: importing Ray (0.3-0.45 s),
+    its threads polling while the tasks read (2-8 ms a second here: at 16,384 ranks, 0.06-0.17 ms
+    a dump of Ray's alone, benchmarks/ray.py's floor), and each task's submission and answer (3-27
+    ms); and beside them the caller's own steps ran 15-55% slower (docs/benchmarks.md). Here all
+    that runs beside the analysis, as the local loader's workers do, and the caller takes each
+    task's answers as the pickle the task sent. A child that dies costs what it had not answered,
+    each file said as not read; Ray's own output never reaches this process's."""
+
+    def __init__(self, address: str, timeout: float = TIMEOUT) -> None:
+        self.address, self.timeout = address, timeout
+        self.node_of: dict[str, tuple[str, str]] = {}  # the child's Cluster.node_of, as its listing left it
+        self._streaming = False  # a read's answers are on their way: the child hears nothing else until they end
+        context = process_context()
+        for stream in (sys.stdout, sys.stderr):  # nothing this process holds unwritten is written twice
+            stream.flush()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as workers.in_workers starts its own
+        try:
+            self.connection, theirs = context.Pipe(duplex=True)
+            self.process = context.Process(target=_drive, args=(theirs, address, timeout), daemon=True,
+                                           name="frtrace-ray-driver")
+            self.process.start()
+            theirs.close()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        try:
+            self._answer()  # connected, or why not (a UsageError)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """The child told to leave the cluster and end (within 30 s, else ended); ended at once
+        where it is still sending the answers of a read left unfinished."""
+        if self.process.is_alive() and not self._streaming:
+            try:
+                self.connection.send(None)
+            except OSError:
+                pass
+            self.process.join(30)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self.connection.close()
+
+    def __enter__(self) -> DriverProcess:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
+    def _ask(self, method: str, *args):
+        if self._streaming:  # a read left unfinished: the rest of its answers come first
+            while self._next()[0] == "item":
+                pass
+            self._streaming = False
+        try:
+            self.connection.send((method, args))
+        except OSError:
+            pass  # the child is gone: _answer says so
+        return self._answer()
+
+    def _answer(self):
+        said, value = self._next()
+        if said == "raised":
+            raise value
+        if said is None:
+            raise UsageError(f"--ray {printable(self.address)}: {value}; run again")
+        return value
+
+    def _next(self) -> tuple[str | None, object]:
+        """The child's next message; (None, what became of it) where it ended."""
+        try:
+            return self.connection.recv()
+        except (EOFError, OSError):
+            self.process.join(5)
+            code = self.process.exitcode
+            ended = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            return None, f"frtrace's Ray driver process ended ({ended})"
+
+    def nodes(self) -> list[Node]:
+        return self._ask("nodes")
+
+    def discover_shared(self, path: str, prefix: str | None) -> Discovery | None:
+        return self._ask("discover_shared", path, prefix)
+
+    def discover_on_nodes(self, path: str, prefix: str | None) -> Discovery:
+        found, self.node_of = self._ask("discover_on_nodes", path, prefix)
+        return found
+
+    def read_stacks(self, paths: list[str]) -> dict[str, tuple]:
+        return self._ask("read_stacks", paths)
+
+    def read(self, jobs: list[tuple], times: bool) -> Iterator[object]:
+        return in_job_order(jobs, self._batches(jobs, times))
+
+    def _batches(self, jobs: list[tuple], times: bool) -> Iterator[tuple]:
+        """Cluster.batches' items as the child sends them; where it ends before its last, one
+        item standing for every job not answered, saying so. The child's last word is taken
+        before the item that answers the last job: its reader stops asking there."""
+        try:
+            self.connection.send(("batches", (jobs, times)))
+        except OSError:
+            pass  # the child is gone: _next says so
+        self._streaming = True
+        answered = 0
+        said, value = self._next()
+        while said == "item":
+            answered += len(value[0])
+            if answered < len(jobs):
+                yield value
+                said, value = self._next()
+                continue
+            last = value
+            said, value = self._next()
+            if said == "item":  # never: every job was answered
+                raise InternalError("frtrace's Ray driver process", "it answered more jobs than it was asked", "")
+            self._streaming = False
+            if said == "raised":
+                raise value
+            yield last  # the child's end after it (done, or gone) changes nothing: every job was answered
+            return
+        self._streaming = False
+        if said == "raised":
+            raise value
+        if said is None:
+            yield None, None, value
+
+
+def _drive(connection, address: str, timeout: float) -> None:
+    """DriverProcess's child: a Cluster at `address`, asked by the parent until it sends None or
+    goes away; each answer ("done", value), an item of batches ("item", item), or ("raised", the
+    exception, or an InternalError saying it where it cannot be sent)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # Ray's own output never reaches frtrace's
+    os.close(devnull)
+    try:
+        try:
+            cluster = Cluster(address, timeout)
+        except BaseException as exc:  # noqa: BLE001 - said to the parent, which raises it
+            _send(connection, ("raised", exc))
+            return
+        with cluster:
+            _send(connection, ("done", None))
+            while (asked := connection.recv()) is not None:
+                method, args = asked
+                try:
+                    if method == "batches":
+                        for item in cluster.batches(*args):
+                            _send(connection, ("item", item))
+                        said = None
+                    elif method == "discover_on_nodes":
+                        said = (cluster.discover_on_nodes(*args), cluster.node_of)
+                    else:
+                        said = getattr(cluster, method)(*args)
+                except Exception as exc:  # noqa: BLE001 - said to the parent, which raises it
+                    _send(connection, ("raised", exc))
+                else:
+                    _send(connection, ("done", said))
+    except (EOFError, OSError):  # the parent stopped listening
+        pass
+    finally:
+        connection.close()
+
+
+def _send(connection, message: tuple) -> None:
+    try:
+        connection.send(message)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:  # an exception of Ray's that cannot cross
+        if message[0] != "raised":
+            raise
+        cause = message[1]
+        connection.send(("raised", InternalError("frtrace's Ray driver process", f"{type(cause).__name__}: {cause}",
+                                                  f"(not sent: {exc})")))
+
+
+def in_job_order(jobs: list[tuple], batches: Iterable[tuple[list[int] | None, bytes | None, str | None]]) -> Iterator[object]:
+    """The answers to `jobs`, in order, from Cluster.batches' (indices, pickled answers, why not
+    read): a file whose batch gave nothing is a DumpError saying why; indices None stand for
+    every job not answered yet (the driver process gone, DriverProcess), and a job the batches
+    never answered is one too."""
+    answers: dict[int, object] = {}
+    next_index = 0
+    for indices, pickled, why in batches:
+        if indices is None:
+            indices = [i for i in range(next_index, len(jobs)) if i not in answers]
+        if why is None:
+            answers.update(zip(indices, pickle.loads(pickled)))
+        else:
+            answers.update((index, DumpError(jobs[index][0], _not_read(why))) for index in indices)
+        while next_index in answers:
+            yield answers.pop(next_index)
+            next_index += 1
+    for index in range(next_index, len(jobs)):
+        yield answers.pop(index, None) or DumpError(jobs[index][0], _not_read("no Ray task answered for it"))
 
 
 def task_size(files: int, cpus: int) -> int:
