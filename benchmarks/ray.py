@@ -10,7 +10,9 @@ its own that shows its share of the set, hard links, at one path the caller does
 root), and runs `frtrace -d SET -o /dev/null` as a whole process in each mode, interleaved:
 `local` (--jobs = the cluster's CPUs), `shared` (--ray, the set's own folder, which every node
 sees) and `node-local` (--ray --node-local). Each run's caller reports its own CPU (user +
-system, getrusage of itself: not its workers', not the cluster's) and peak RSS before it exits.
+system, getrusage of itself: not its workers', not the cluster's), its peak RSS, and its children's
+CPU (the local workers'; with --ray, its Ray driver process's, reading.cluster.DriverProcess)
+before it exits.
 `floor`, after a --ray mode, is Ray's part alone of such a run: a driver that asks of Ray what
 reading.cluster asks and does nothing of frtrace's (Ray imported and connected, as many tasks of as
 many files as the run's, each sleeping its share of the run's wall and answering 700 bytes a file,
@@ -43,8 +45,9 @@ NODE_PATH = "/frtrace-bench-node-local"
 RUN = ("import json, os, resource, sys\n"
        "from frtrace.cli import main\n"
        "code = main(sys.argv[1:])\n"
-       "me = resource.getrusage(resource.RUSAGE_SELF)\n"
-       f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([code, me.ru_utime + me.ru_stime, me.ru_maxrss]).encode())\n")
+       "me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+       f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([code, me.ru_utime + me.ru_stime, me.ru_maxrss, "
+       "kids.ru_utime + kids.ru_stime]).encode())\n")
 
 
 FLOOR = ("import json, logging, os, resource, sys, time\n"
@@ -71,13 +74,14 @@ FLOOR = ("import json, logging, os, resource, sys, time\n"
          "        del pending[ref]\n"
          "ray.shutdown()\n"
          "me = resource.getrusage(resource.RUSAGE_SELF)\n"
-         f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([0, me.ru_utime + me.ru_stime, me.ru_maxrss]).encode())\n")
+         f"os.write(int(os.environ['{ANSWER_FD}']), json.dumps([0, me.ru_utime + me.ru_stime, me.ru_maxrss, 0]).encode())\n")
 
 
-def measure(args: list[str], script: str = RUN) -> tuple[float, float, float, int]:
-    """Wall seconds, the caller's CPU seconds, its peak RSS in MiB, and the exit code of one run."""
-    wall, (code, cpu, rss_kib) = reported_run(script, args, {**ENV, "PYTHONPATH": str(ROOT / "src")})
-    return wall, cpu, rss_kib / 1024, code
+def measure(args: list[str], script: str = RUN) -> tuple[float, float, float, int, float]:
+    """Wall seconds, the caller's CPU seconds, its peak RSS in MiB, the exit code of one run, and
+    its children's CPU seconds (the local workers', or the Ray driver process's)."""
+    wall, (code, cpu, rss_kib, children) = reported_run(script, args, {**ENV, "PYTHONPATH": str(ROOT / "src")})
+    return wall, cpu, rss_kib / 1024, code, children
 
 
 def split(data: Path, nodes: int) -> dict[str, str]:
@@ -153,11 +157,13 @@ def main(argv=None) -> int:
         rss = statistics.median(r[2] for r in runs[mode])
         ratio = statistics.median(a[0] / b[0] for a, b in zip(runs[mode], runs[modes[0]]))
         codes = ",".join(sorted({str(r[3]) for r in runs[mode]}))
+        children = statistics.median(r[4] for r in runs[mode])
         rows.append((mode, f"{wall:.2f}", f"{cpu:.2f}", f"{cpu / args.ranks * 1e3:.3f}", f"{rss:.0f}",
-                     f"{ratio:.2f}x", codes))
+                     f"{children:.2f}", f"{(cpu + children) / args.ranks * 1e3:.3f}", f"{ratio:.2f}x", codes))
     print(f"{args.ranks} ranks x {args.entries} entries ({args.generate_args}); {args.nodes} Ray nodes of {args.cpus} "
           f"CPU; local --jobs {cpus}; {args.repeat} interleaved runs each, medians; outputs: {' '.join(args.out)}")
-    table(("mode", "wall s", "caller CPU s", "caller ms/dump", "caller RSS MiB", f"wall vs {modes[0]}", "exit"), rows)
+    table(("mode", "wall s", "caller CPU s", "caller ms/dump", "caller RSS MiB", "children CPU s", "with children ms/dump",
+           f"wall vs {modes[0]}", "exit"), rows)
     return 0
 
 
