@@ -5,18 +5,19 @@
 
 Runs the command --repeat times in this process (the first run untimed: bytecode, page cache and
 Ray's workers warm) with each phase wrapped by two timers: of the process's CPU (time.process_time:
-every thread of the caller, Ray's driver threads among them, none of its workers or tasks) and of
-the main thread's (time.thread_time: frtrace's own work; a phase that waits, as Ray's wait does,
-counts under the process the CPU other threads spent meanwhile). It prints each phase's CPU per
-dump of the last run by both, in ms: listing the folder (with --ray, by a task on this machine's
-node where it can), reading (load: receiving each dump and making it, which with --ray splits into
-submitting tasks and Ray's wait and get), groups, the analysis, the database built and written,
-and the rest. With --steps also the load's unpacking and the analysis's steps (tracks, group views,
-blockers, ...): several of them run once a dump, and their timers' own cost (four clock reads, 3 us
-a call here) then swells the phases around them by 0.015-0.02 ms a dump; without it, no timer runs
-more than a few times a run. With --ray it also says the caller's CPU while Ray's driver sits idle
-for 5 s (a cost of the run's wall, not of its dumps; benchmarks/ray_tasks.py measures Ray's other
-costs to the caller: importing it, connecting, each task).
+every thread of the caller, none of its workers', its Ray driver process's or its tasks') and of the
+main thread's (time.thread_time: frtrace's own work; a phase that waits counts under the process the
+CPU other threads spent meanwhile). It prints each phase's CPU per dump of the last run by both, in
+ms: listing the folder (with --ray, by a task on this machine's node where it can), reading (load:
+receiving each dump and making it, which with --ray holds waiting for the Ray driver process's
+answers and taking them), groups, the analysis, the database built and written, and the rest; then
+its children's CPU (the local workers', or the Ray driver process's). With --steps also the load's
+unpacking and the analysis's steps (tracks, group views, blockers, ...): several of them run once a
+dump, and their timers' own cost (four clock reads, 3 us a call here) then swells the phases around
+them by 0.015-0.02 ms a dump; without it, no timer runs more than a few times a run. With --ray it
+also says the CPU of a Ray driver that sits idle for 5 s (a cost of the run's wall, not of its dumps,
+now borne by the driver process; benchmarks/ray_tasks.py measures Ray's other costs to a driver:
+importing it, connecting, each task).
 A benchmark, not a test: it asserts nothing, it reports.
 """
 
@@ -36,6 +37,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from run import table  # benchmarks/run.py, beside this script
+from timing import children_cpu  # benchmarks/timing.py
 
 from frtrace import api, cli, matcher
 from frtrace.reading import cluster, discover, wire
@@ -77,10 +79,15 @@ class Phases:
 def instrumented(steps: bool = False) -> Phases:
     phases = Phases()
     phases.wrap(discover, "walked", "listing (walk)")
-    if hasattr(cluster.Cluster, "discover_shared"):  # an older checkout (this script copied into it) lists without it
-        phases.wrap(cluster.Cluster, "discover_shared", "listing (a task on this node)")
+    # Ray's driver: a process of the caller's own (DriverProcess), else the caller itself (older checkouts)
+    driver = getattr(cluster, "DriverProcess", cluster.Cluster)
+    if hasattr(driver, "discover_shared"):  # an older checkout (this script copied into it) lists without it
+        phases.wrap(driver, "discover_shared", "listing (a task on this node)")
     phases.wrap(api, "load_dumps", "load")
-    phases.wrap(cluster.Cluster, "_step", "  load: Ray wait + get")
+    if driver is cluster.Cluster:
+        phases.wrap(cluster.Cluster, "_step", "  load: Ray wait + get")
+    else:
+        phases.wrap(driver, "_next", "  load: the driver's answers awaited and taken")
     if steps:
         phases.wrap(wire.Unpacker, "dump", "  load: unpack")
     phases.wrap(api, "resolve_groups", "groups")
@@ -128,10 +135,11 @@ def main(argv=None) -> int:
         phases = instrumented(args.steps)
         for _ in range(args.repeat):
             phases.spent.clear()
-            start, started = clocks(), time.perf_counter()
+            start, started, children = clocks(), time.perf_counter(), children_cpu()
             with contextlib.redirect_stdout(io.StringIO()):
                 cli.main(command)
             total, wall = tuple(now - then for now, then in zip(clocks(), start)), time.perf_counter() - started
+            children = children_cpu() - children
         idle = idle_cpu(address) if address else None
     said = [sum(cpu[i] for label, cpu in phases.spent.items() if not label.startswith(" ")) for i in (0, 1)]
 
@@ -144,8 +152,9 @@ def main(argv=None) -> int:
     print(f"{dumps} dumps; frtrace {' '.join(command[:1] + ['SET'] + command[2:])}; the caller's CPU, run {args.repeat} "
           f"of {args.repeat}: {wall:.1f} s wall")
     table(("phase", "process ms/dump", "main thread ms/dump"), rows)
+    print(f"its children (the local workers, or the Ray driver process): {children / dumps * 1e3:.4f} ms a dump")
     if idle is not None:
-        print(f"Ray's driver, idle: {idle * 1e3:.1f} ms of the caller's CPU a second, {idle * wall / dumps * 1e3:.4f} ms "
+        print(f"Ray's driver, idle: {idle * 1e3:.1f} ms of its process's CPU a second, {idle * wall / dumps * 1e3:.4f} ms "
               "a dump over this run's wall")
     return 0
 
