@@ -47,7 +47,7 @@ from ..types import SkippedFile
 from .discover import Discovery, DumpFile, Found, find_dump_files, finish, walked
 from .limits import confined
 from .remote import reason
-from .workers import process_context
+from .workers import start_process
 
 _TASK_FILES = 512  # files one task reads at most: a task's answers are held whole until it ends (0.3 kB a dump
 # where ranks share their columns, 107 kB where none does and times are asked: 55 MB a task at worst, twice while
@@ -341,21 +341,12 @@ class DriverProcess:
     each file said as not read; Ray's own output never reaches this process's."""
 
     def __init__(self, address: str, timeout: float = TIMEOUT) -> None:
-        self.address, self.timeout = address, timeout
+        self.address = address
         self.node_of: dict[str, tuple[str, str]] = {}  # the child's Cluster.node_of, as its listing left it
         self._streaming = False  # a read's answers are on their way: the child hears nothing else until they end
-        context = process_context()
         for stream in (sys.stdout, sys.stderr):  # nothing this process holds unwritten is written twice
             stream.flush()
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as workers.in_workers starts its own
-        try:
-            self.connection, theirs = context.Pipe(duplex=True)
-            self.process = context.Process(target=_drive, args=(theirs, address, timeout), daemon=True,
-                                           name="frtrace-ray-driver")
-            self.process.start()
-            theirs.close()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        self.connection, self.process = start_process(_drive, address, timeout, name="frtrace-ray-driver")
         try:
             self._answer()  # connected, or why not (a UsageError)
         except BaseException:
@@ -411,9 +402,6 @@ class DriverProcess:
             ended = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
             return None, f"frtrace's Ray driver process ended ({ended})"
 
-    def nodes(self) -> list[Node]:
-        return self._ask("nodes")
-
     def discover_shared(self, path: str, prefix: str | None) -> Discovery | None:
         return self._ask("discover_shared", path, prefix)
 
@@ -429,30 +417,19 @@ class DriverProcess:
 
     def _batches(self, jobs: list[tuple], times: bool) -> Iterator[tuple]:
         """Cluster.batches' items as the child sends them; where it ends before its last, one
-        item standing for every job not answered, saying so. The child's last word is taken
-        before the item that answers the last job: its reader stops asking there."""
+        item standing for every job not answered, saying so. Each item is yielded once the
+        message after it is taken, so that the child's last word is in before its last item:
+        its reader stops asking there."""
         try:
             self.connection.send(("batches", (jobs, times)))
         except OSError:
             pass  # the child is gone: _next says so
         self._streaming = True
-        answered = 0
         said, value = self._next()
         while said == "item":
-            answered += len(value[0])
-            if answered < len(jobs):
-                yield value
-                said, value = self._next()
-                continue
-            last = value
-            said, value = self._next()
-            if said == "item":  # never: every job was answered
-                raise InternalError("frtrace's Ray driver process", "it answered more jobs than it was asked", "")
-            self._streaming = False
-            if said == "raised":
-                raise value
-            yield last  # the child's end after it (done, or gone) changes nothing: every job was answered
-            return
+            item, (said, value) = value, self._next()
+            self._streaming = said == "item"
+            yield item
         self._streaming = False
         if said == "raised":
             raise value

@@ -51,7 +51,7 @@ def keep_heap() -> bool:
     return bool(mallopt(_M_TRIM_THRESHOLD, _KEPT_HEAP)) and bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_BLOCKS))
 
 
-def _worker(load: Callable, connection, reading) -> None:
+def _worker(connection, load: Callable, reading) -> None:
     """A worker process: load each batch of jobs the main process sends, until it sends None,
     with `reading[0]` the place in its batch of the job it is reading (for the main process to
     name the file where the worker dies). Each answer is pickled on its own, as a message of
@@ -99,6 +99,24 @@ def process_context():
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
+def start_process(target: Callable, *args, name: str | None = None) -> tuple:
+    """(this end of a duplex pipe, the process) of a daemon child running target(its end, *args),
+    forked where fork is (process_context). Ctrl-C is blocked while it forks: no child can catch
+    one before it ignores it itself, and one pressed meanwhile waits, then reaches this process as
+    the mask is restored (ignoring it here for the moment, as before, lost it: the run went on to
+    the end). The child unblocks it once it ignores it."""
+    context = process_context()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        mine, theirs = context.Pipe(duplex=True)
+        process = context.Process(target=target, args=(theirs, *args), daemon=True, name=name)
+        process.start()
+        theirs.close()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return mine, process
+
+
 def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int, pickled: bool = False) -> Iterator:
     """load(job) for every job, in job order, from `workers` processes (`pickled`: each as the
     bytes of its pickle, as the worker sent it: for a Ray task to send on).
@@ -118,18 +136,8 @@ def in_workers(load: Callable, jobs: list[tuple[str, int]], workers: int, pickle
     owner: dict = {}  # pipe -> (its worker process, the place in its first batch of the job it reads)
 
     def start_worker():
-        # Ctrl-C blocked while forking: no child can catch one before it ignores it itself, and one
-        # pressed meanwhile waits, then reaches this process as the mask is restored (ignoring it
-        # here for the moment, as before, lost it: the run went on to the end)
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            mine, theirs = context.Pipe(duplex=True)
-            reading = context.RawArray("q", 1)
-            process = context.Process(target=_worker, args=(load, theirs, reading), daemon=True)
-            process.start()
-            theirs.close()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        reading = context.RawArray("q", 1)
+        mine, process = start_process(_worker, load, reading)
         processes.append(process)
         given[mine] = deque()
         owner[mine] = (process, reading)
