@@ -18,8 +18,9 @@ reading.cluster asks and does nothing of frtrace's (Ray imported and connected, 
 many files as the run's, each sleeping its share of the run's wall and answering 700 bytes a file,
 about what a task's answers hold, waited for and taken one at a time, Ray shut down; the sleep
 shortened by how much longer than it the untimed pass's floor took, so that its wall is the run's),
-measured as a whole process the same way: no caller of `--ray` on this cluster and machine spends
-less. Prints the median of each, the caller's CPU per dump, and each mode's wall against the first
+measured as a whole process the same way: no Ray driver on this cluster and machine spends less
+(frtrace's is a process of the caller's own, reading.cluster.DriverProcess: compare the floor with
+a run's children's CPU). Prints the median of each, the caller's CPU per dump, and each mode's wall against the first
 mode's, measured pair by pair. A benchmark, not a test: it asserts nothing, it reports.
 """
 
@@ -42,6 +43,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from ray_cluster import RayCluster, namespaces_available  # noqa: E402
 
 NODE_PATH = "/frtrace-bench-node-local"
+RAY_MODES = ("shared", "node-local")  # the modes that run --ray, whose wall a floor after them matches
 RUN = ("import json, os, resource, sys\n"
        "from frtrace.cli import main\n"
        "code = main(sys.argv[1:])\n"
@@ -126,7 +128,7 @@ def main(argv=None) -> int:
             modes.remove("node-local")
         else:
             views = split(data, args.nodes)
-    if "floor" in modes and not any(mode in ("shared", "node-local") for mode in modes[:modes.index("floor")]):
+    if "floor" in modes and not any(mode in RAY_MODES for mode in modes[:modes.index("floor")]):
         parser.error("floor comes after a --ray mode (shared or node-local), whose wall it matches")
     cpus = args.nodes * args.cpus
     with RayCluster(nodes=args.nodes, cpus=args.cpus, views=views, path=NODE_PATH if views else None) as cluster:
@@ -146,7 +148,7 @@ def main(argv=None) -> int:
                         slack = measured[0] - sleep
                 else:
                     measured = measure([*commands[mode], *args.out])
-                if mode in ("shared", "node-local"):
+                if mode in RAY_MODES:
                     ray_wall = measured[0]
                 if timed:
                     runs[mode].append(measured)
